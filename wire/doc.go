@@ -1,0 +1,10 @@
+// Package wire holds the vocabulary of the parse stage: what the gateway
+// reads from a model request and response (a few fields, never a full
+// unmarshal), the normalised token usage of DESIGN §12, and the Codec
+// interface that each provider's adapter (wire/openai, wire/anthropic)
+// implements.
+//
+// It owns wire formats only. It must not touch budgets, policy, run state or
+// any transport (no fasthttp, gRPC or net/http imports), so that both front
+// ends (the HTTP proxy and Envoy ext_proc) reuse it unchanged.
+package wire

@@ -1,0 +1,144 @@
+// Package sse splits a Server-Sent Events byte stream, cut at arbitrary
+// points, into whole events without copying when an event lies inside one
+// chunk. It owns SSE framing only (WHATWG HTML §9.2): no provider semantics,
+// no transport.
+package sse
+
+import "bytes"
+
+// MaxEvent bounds one held event; a longer one is passed on as it is (the
+// provider said something we cannot read, and the client must still get it).
+const MaxEvent = 4 << 20
+
+// Splitter cuts a stream into events. The zero value is ready to use.
+type Splitter struct {
+	held []byte // the start of an event whose end has not arrived yet
+}
+
+// Feed calls fn for each complete event in held+chunk, in order. The event
+// slice includes its terminating blank line and is valid only during fn.
+// Bytes after the last complete event are held for the next call.
+func (s *Splitter) Feed(chunk []byte, fn func(event []byte)) {
+	if len(s.held) > 0 {
+		// Join only as much as completes the held event, then go on in chunk.
+		start := len(s.held)
+		s.held = append(s.held, chunk...)
+		// An event end may straddle the boundary: search from a little before it.
+		from := max(start-3, 0)
+		end := eventEnd(s.held[from:])
+		if end < 0 {
+			if len(s.held) > MaxEvent {
+				fn(s.held)
+				s.held = s.held[:0]
+			}
+			return
+		}
+		end += from
+		fn(s.held[:end])
+		consumed := end - start // bytes of chunk used by the held event
+		s.held = s.held[:0]
+		chunk = chunk[consumed:]
+	}
+	for len(chunk) > 0 {
+		end := eventEnd(chunk)
+		if end < 0 {
+			if len(chunk) > MaxEvent {
+				fn(chunk)
+				return
+			}
+			s.held = append(s.held, chunk...)
+			return
+		}
+		fn(chunk[:end])
+		chunk = chunk[end:]
+	}
+}
+
+// Pending returns the bytes held back (an unterminated last event).
+func (s *Splitter) Pending() []byte { return s.held }
+
+// Reset drops what is held.
+func (s *Splitter) Reset() { s.held = s.held[:0] }
+
+// eventEnd returns the index just past the blank line ending the first event
+// in b, or -1. Line ends may be \n, \r\n or \r.
+func eventEnd(b []byte) int {
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if c != '\n' && c != '\r' {
+			continue
+		}
+		// Line end at i; its length is 1, or 2 for \r\n.
+		n := 1
+		if c == '\r' && i+1 < len(b) && b[i+1] == '\n' {
+			n = 2
+		} else if c == '\r' && i+1 == len(b) {
+			return -1 // cannot tell \r from \r\n yet
+		}
+		j := i + n
+		if j >= len(b) {
+			return -1
+		}
+		if b[j] == '\n' {
+			return j + 1
+		}
+		if b[j] == '\r' {
+			if j+1 < len(b) && b[j+1] == '\n' {
+				return j + 2
+			}
+			if j+1 == len(b) {
+				return -1
+			}
+			return j + 1
+		}
+		i = j - 1
+	}
+	return -1
+}
+
+// Fields returns the event name and the data of one event. With several data
+// lines the data is joined with \n into a new slice; with one it aliases event.
+func Fields(event []byte) (name, data []byte) {
+	var joined []byte
+	count := 0
+	for len(event) > 0 {
+		var line []byte
+		i := bytes.IndexAny(event, "\r\n")
+		if i < 0 {
+			line, event = event, nil
+		} else {
+			line = event[:i]
+			if event[i] == '\r' && i+1 < len(event) && event[i+1] == '\n' {
+				i++
+			}
+			event = event[i+1:]
+		}
+		if len(line) == 0 || line[0] == ':' {
+			continue
+		}
+		field, value := line, []byte(nil)
+		if c := bytes.IndexByte(line, ':'); c >= 0 {
+			field, value = line[:c], line[c+1:]
+			if len(value) > 0 && value[0] == ' ' {
+				value = value[1:]
+			}
+		}
+		switch string(field) {
+		case "event":
+			name = value
+		case "data":
+			count++
+			switch count {
+			case 1:
+				data = value
+			case 2:
+				joined = append(append(append(joined, data...), '\n'), value...)
+				data = joined
+			default:
+				joined = append(append(joined, '\n'), value...)
+				data = joined
+			}
+		}
+	}
+	return name, data
+}

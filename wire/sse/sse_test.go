@@ -1,0 +1,92 @@
+package sse
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+func split(t *testing.T, stream string, cuts []int) []string {
+	t.Helper()
+	var s Splitter
+	var got []string
+	prev := 0
+	for _, c := range append(cuts, len(stream)) {
+		if c < prev || c > len(stream) {
+			continue
+		}
+		s.Feed([]byte(stream[prev:c]), func(ev []byte) { got = append(got, string(ev)) })
+		prev = c
+	}
+	if p := s.Pending(); len(p) > 0 {
+		got = append(got, string(p))
+	}
+	return got
+}
+
+func TestSplitterCutsAnywhere(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		desc   string
+		stream string
+		want   []string
+	}{
+		{"lf", "data: a\n\ndata: b\n\n", []string{"data: a\n\n", "data: b\n\n"}},
+		{"crlf", "data: a\r\n\r\ndata: b\r\n\r\n", []string{"data: a\r\n\r\n", "data: b\r\n\r\n"}},
+		{"named", "event: x\ndata: {}\n\nevent: y\ndata: {}\n\n", []string{"event: x\ndata: {}\n\n", "event: y\ndata: {}\n\n"}},
+		{"unterminated tail", "data: a\n\ndata: b", []string{"data: a\n\n", "data: b"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			t.Parallel()
+			for cut := 0; cut <= len(tc.stream); cut++ {
+				for cut2 := cut; cut2 <= len(tc.stream); cut2++ {
+					got := split(t, tc.stream, []int{cut, cut2})
+					if strings.Join(got, "|") != strings.Join(tc.want, "|") {
+						t.Fatalf("cuts %d,%d: got %q want %q", cut, cut2, got, tc.want)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestFields(t *testing.T) {
+	t.Parallel()
+	name, data := Fields([]byte("event: message_start\ndata: {\"a\":1}\n\n"))
+	if string(name) != "message_start" || string(data) != `{"a":1}` {
+		t.Fatalf("got %q %q", name, data)
+	}
+	_, data = Fields([]byte(": comment\ndata: a\ndata: b\ndata: c\n\n"))
+	if string(data) != "a\nb\nc" {
+		t.Fatalf("joined %q", data)
+	}
+}
+
+func FuzzSplitter(f *testing.F) {
+	f.Add([]byte("data: a\n\ndata: b\n\n"), uint16(3))
+	f.Add([]byte("event: x\r\ndata: {}\r\n\r\n"), uint16(7))
+	f.Fuzz(func(t *testing.T, stream []byte, cut uint16) {
+		c := int(cut) % (len(stream) + 1)
+		var whole, parts bytes.Buffer
+		var s1, s2 Splitter
+		s1.Feed(stream, func(ev []byte) { whole.Write(ev); Fields(ev) })
+		whole.Write(s1.Pending())
+		s2.Feed(stream[:c], func(ev []byte) { parts.Write(ev) })
+		s2.Feed(stream[c:], func(ev []byte) { parts.Write(ev) })
+		parts.Write(s2.Pending())
+		if !bytes.Equal(whole.Bytes(), stream) || !bytes.Equal(parts.Bytes(), stream) {
+			t.Fatalf("bytes lost or reordered")
+		}
+	})
+}
+
+func BenchmarkSplitterPerChunk(b *testing.B) {
+	ev := []byte(`data: {"id":"chatcmpl-1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":" capital"},"finish_reason":null}],"usage":null}` + "\n\n")
+	var s Splitter
+	b.ReportAllocs()
+	b.SetBytes(int64(len(ev)))
+	for b.Loop() {
+		s.Feed(ev, func([]byte) {})
+	}
+}

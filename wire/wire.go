@@ -1,0 +1,243 @@
+package wire
+
+import (
+	"github.com/zeebo/xxh3"
+)
+
+// API names a provider API that the gateway governs as model calls.
+type API uint8
+
+const (
+	APIUnknown   API = iota
+	APIChat          // OpenAI POST /v1/chat/completions
+	APIResponses     // OpenAI POST /v1/responses
+	APIMessages      // Anthropic POST /v1/messages
+)
+
+func (a API) String() string {
+	switch a {
+	case APIChat:
+		return "openai.chat"
+	case APIResponses:
+		return "openai.responses"
+	case APIMessages:
+		return "anthropic.messages"
+	}
+	return "unknown"
+}
+
+// Provider returns the provider family, used for pricing and error formats.
+func (a API) Provider() string {
+	if a == APIMessages {
+		return "anthropic"
+	}
+	return "openai"
+}
+
+// Usage is a call's token usage normalised to DESIGN §12: InputTokens is the
+// whole prompt (OpenAI prompt_tokens with cached included; Anthropic
+// input_tokens + cache reads + cache writes); CachedTokens (cache reads),
+// CacheWriteTokens and ReasoningTokens are detail counts inside input and
+// output. Nothing is counted twice.
+type Usage struct {
+	InputTokens      int64 `json:"input_tokens"`
+	OutputTokens     int64 `json:"output_tokens"`
+	ReasoningTokens  int64 `json:"reasoning_tokens"`
+	CachedTokens     int64 `json:"cached_tokens"`
+	CacheWriteTokens int64 `json:"cache_write_tokens"`
+}
+
+// Total is input plus output tokens.
+func (u Usage) Total() int64 { return u.InputTokens + u.OutputTokens }
+
+// Add returns the sum of two usages.
+func (u Usage) Add(o Usage) Usage {
+	return Usage{
+		InputTokens:      u.InputTokens + o.InputTokens,
+		OutputTokens:     u.OutputTokens + o.OutputTokens,
+		ReasoningTokens:  u.ReasoningTokens + o.ReasoningTokens,
+		CachedTokens:     u.CachedTokens + o.CachedTokens,
+		CacheWriteTokens: u.CacheWriteTokens + o.CacheWriteTokens,
+	}
+}
+
+// ToolCall is one tool action a model asked for.
+type ToolCall struct {
+	ID        string // provider's call id (tool_calls[].id, call_id, tool_use.id)
+	Name      string
+	Arguments []byte // the arguments as JSON text, exactly as the model produced them
+}
+
+// ToolResult is one tool result the agent sends back in its next request: the
+// observation that the loop guard hashes.
+type ToolResult struct {
+	CallID  string
+	Content []byte // result text (JSON string unescaped; block arrays as raw JSON)
+	IsError bool
+}
+
+// Request is what the parse stage reads from a model request body. Slices
+// may alias the body: they are valid while the body is.
+type Request struct {
+	API             API
+	Model           string
+	Stream          bool
+	IncludeUsage    bool  // the client itself asked for stream_options.include_usage
+	MaxOutputTokens int64 // the request's own output cap; 0 when it sets none
+	HasTools        bool  // the request offers tools to the model
+	BodyBytes       int   // size of the request body, the input estimate's basis
+
+	// PreviousResponseID is the Responses API's continuation handle.
+	PreviousResponseID string
+
+	// Lineage: what the history says about the last assistant turn.
+	// LastAssistantToolCallIDs are the tool-call ids of the last assistant
+	// message (or Responses function_call items) in the history.
+	LastAssistantToolCallIDs []string
+	// LastAssistantTextHash is TextHash of the last assistant message's text,
+	// 0 when the history holds no assistant message.
+	LastAssistantTextHash uint64
+	// NewUserTurn is true when a user message with text follows the last
+	// assistant message (or there is no assistant message at all): a new task.
+	NewUserTurn bool
+	// ToolResults are the tool results after the last assistant message.
+	ToolResults []ToolResult
+	// Messages is the number of messages (input items) in the history.
+	Messages int
+}
+
+// Response is what the gateway reads from a model response, streamed or not.
+type Response struct {
+	ID           string // response id (chatcmpl-…, resp_…, msg_…)
+	Model        string
+	Usage        Usage
+	HasUsage     bool
+	ToolCalls    []ToolCall
+	FinishReason string // normalised: "stop", "tool_calls", "length", "content_filter", "error", ""
+	// TextHash is TextHash of the assistant text, as a later request will
+	// echo it back; 0 when the answer has no text.
+	TextHash uint64
+	// Text is the head of the assistant text (at most TextKeep bytes), kept as
+	// the run's partial result.
+	Text string
+	// ErrorMessage is set when a stream carried an error event after a 200.
+	ErrorMessage string
+}
+
+// TextKeep bounds Response.Text.
+const TextKeep = 2048
+
+// TextHash hashes assistant text the same way on the response side and on the
+// request side, where the client echoes it back: surrounding white space is
+// ignored. It never returns 0 for non-empty text.
+func TextHash(s string) uint64 {
+	s = trimSpace(s)
+	if s == "" {
+		return 0
+	}
+	h := xxh3.HashString(s)
+	if h == 0 {
+		h = 1
+	}
+	return h
+}
+
+func trimSpace(s string) string {
+	i, j := 0, len(s)
+	for i < j && isSpace(s[i]) {
+		i++
+	}
+	for j > i && isSpace(s[j-1]) {
+		j--
+	}
+	return s[i:j]
+}
+
+func isSpace(c byte) bool { return c == ' ' || c == '\n' || c == '\t' || c == '\r' }
+
+// ErrorKind classifies the gateway's own refusals and faults; each codec
+// renders it in its provider's error format with the matching HTTP status.
+type ErrorKind uint8
+
+const (
+	ErrInvalidRequest ErrorKind = iota // 400
+	ErrAuthentication                  // 401
+	ErrPolicyDenied                    // 403
+	ErrNotFound                        // 404
+	ErrTooLarge                        // 413
+	ErrBudget                          // 429: budget or loop termination in reject mode
+	ErrBadGateway                      // 502: upstream unreachable
+	ErrUnavailable                     // 503: store or policy engine unavailable
+	ErrTimeout                         // 504: upstream timeout or run deadline
+)
+
+// Status is the HTTP status of an error kind.
+func (k ErrorKind) Status() int {
+	switch k {
+	case ErrInvalidRequest:
+		return 400
+	case ErrAuthentication:
+		return 401
+	case ErrPolicyDenied:
+		return 403
+	case ErrNotFound:
+		return 404
+	case ErrTooLarge:
+		return 413
+	case ErrBudget:
+		return 429
+	case ErrBadGateway:
+		return 502
+	case ErrUnavailable:
+		return 503
+	case ErrTimeout:
+		return 504
+	}
+	return 500
+}
+
+// StreamTap reads a streamed (SSE) response on the side while it is relayed,
+// and restores what the client would have received where the gateway changed
+// the request (the injected include_usage chunk is removed again).
+type StreamTap interface {
+	// Feed consumes the next piece of the upstream body, cut anywhere, and
+	// returns the bytes to send to the client now. The result may alias
+	// chunk or an internal buffer and is valid until the next call. Events
+	// the tap must inspect before passing (a possible usage-only chunk) are
+	// held until complete.
+	Feed(chunk []byte) []byte
+	// End returns whatever is still held, at the end of the stream.
+	End() []byte
+	// Response is what the stream said so far: usage, tool calls (complete
+	// once the stream ended), finish reason, text head.
+	Response() *Response
+}
+
+// Codec is one provider API's wire format. Implementations are stateless and
+// safe for concurrent use.
+type Codec interface {
+	API() API
+	// ParseRequest reads the fields of Request from a body; a body that is not
+	// a JSON object of the API's shape is an error (rendered as 400).
+	ParseRequest(body []byte) (Request, error)
+	// PrepareUpstream returns the body to forward: for OpenAI chat streams it
+	// injects stream_options.include_usage when the client did not ask for
+	// it. maxOutput > 0 caps the request's output tokens (setting the field
+	// when absent). It returns body itself when nothing changes.
+	PrepareUpstream(body []byte, req *Request, maxOutput int64) ([]byte, error)
+	// WrapUp returns the body rewritten as the run's wrap-up call: tools and
+	// tool choice removed, instruction appended as the last user text,
+	// output capped to maxOutput. The history stays valid for the provider.
+	WrapUp(body []byte, req *Request, instruction string, maxOutput int64) ([]byte, error)
+	// ParseResponse reads a non-streamed response body.
+	ParseResponse(body []byte) (Response, error)
+	// NewStreamTap starts reading a streamed response of req.
+	NewStreamTap(req *Request) StreamTap
+	// SyntheticFinal renders a complete, well-formed final assistant answer
+	// with text, finish reason stop / end_turn and zero usage, as the
+	// content type and body the client expects (SSE when req.Stream).
+	SyntheticFinal(req *Request, text string) (contentType string, body []byte)
+	// ErrorBody renders an error in the provider's error format; record, when
+	// not nil, is a JSON object added under the key "haltline".
+	ErrorBody(kind ErrorKind, message string, record []byte) []byte
+}
