@@ -1,0 +1,203 @@
+package admin
+
+import (
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/haltline/haltline/accounting"
+	"github.com/haltline/haltline/pipeline"
+	"github.com/haltline/haltline/runstate"
+)
+
+// Options configure the control plane.
+type Options struct {
+	Pipeline *pipeline.Pipeline
+	Gatherer prometheus.Gatherer
+	// Token, when set, is required as a bearer token on /api/v1/*.
+	Token  string
+	Logger *slog.Logger
+	// Ready reports readiness (store reachable, policy loaded); nil = ready.
+	Ready func() error
+}
+
+// Handler returns the control plane's HTTP handler.
+func Handler(o Options) http.Handler {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	a := &api{o: o, p: o.Pipeline}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, map[string]string{"status": "ok"}) })
+	mux.HandleFunc("GET /readyz", a.readyz)
+	if o.Gatherer != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{}))
+	}
+	mux.Handle("GET /api/v1/runs", a.auth(a.list))
+	mux.Handle("GET /api/v1/runs/{id}", a.auth(a.show))
+	mux.Handle("GET /api/v1/runs/{id}/events", a.auth(a.events))
+	mux.Handle("POST /api/v1/runs/{id}/cancel", a.auth(a.cancel))
+	mux.Handle("POST /api/v1/runs/{id}/resume", a.auth(a.resume))
+	mux.HandleFunc("/api/", a.auth(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, 404, "no such route")
+	}))
+	return mux
+}
+
+type api struct {
+	o Options
+	p *pipeline.Pipeline
+}
+
+func (a *api) auth(h http.HandlerFunc) http.HandlerFunc {
+	if a.o.Token == "" {
+		return h
+	}
+	want := []byte("Bearer " + a.o.Token)
+	return func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="haltline"`)
+			writeError(w, 401, "missing or wrong bearer token")
+			return
+		}
+		h(w, r)
+	}
+}
+
+func (a *api) readyz(w http.ResponseWriter, _ *http.Request) {
+	if a.o.Ready != nil {
+		if err := a.o.Ready(); err != nil {
+			writeJSON(w, 503, map[string]string{"status": "not ready", "error": err.Error()})
+			return
+		}
+	}
+	writeJSON(w, 200, map[string]string{"status": "ready"})
+}
+
+func (a *api) list(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	f := runstate.Filter{Status: q.Get("status"), Reason: q.Get("reason"), Tenant: q.Get("tenant")}
+	if s := q.Get("since"); s != "" {
+		t, err := time.Parse(time.RFC3339, s)
+		if err != nil {
+			writeError(w, 400, "since: want RFC 3339")
+			return
+		}
+		f.Since = t
+	}
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 {
+			writeError(w, 400, "limit: want a number")
+			return
+		}
+		f.Limit = n
+	}
+	runs := a.p.Runs().List(f)
+	if runs == nil {
+		runs = []runstate.Record{}
+	}
+	writeJSON(w, 200, map[string]any{"runs": runs, "count": len(runs)})
+}
+
+func (a *api) run(w http.ResponseWriter, r *http.Request) *runstate.Run {
+	run := a.p.Runs().Get(r.PathValue("id"))
+	if run == nil {
+		writeError(w, 404, "no such run")
+	}
+	return run
+}
+
+func (a *api) show(w http.ResponseWriter, r *http.Request) {
+	run := a.run(w, r)
+	if run == nil {
+		return
+	}
+	run.Mu.Lock()
+	rec := run.Snapshot(time.Now())
+	run.Mu.Unlock()
+	writeJSON(w, 200, rec)
+}
+
+func (a *api) events(w http.ResponseWriter, r *http.Request) {
+	run := a.run(w, r)
+	if run == nil {
+		return
+	}
+	run.Mu.Lock()
+	evs := append([]runstate.Event(nil), run.Events...)
+	run.Mu.Unlock()
+	writeJSON(w, 200, map[string]any{"run_id": run.ID, "events": evs})
+}
+
+func (a *api) cancel(w http.ResponseWriter, r *http.Request) {
+	rec, err := a.p.Cancel(r.PathValue("id"))
+	switch {
+	case errors.Is(err, pipeline.ErrNoRun):
+		writeError(w, 404, err.Error())
+	case errors.Is(err, pipeline.ErrAlreadyEnded):
+		writeJSON(w, 409, map[string]any{"error": err.Error(), "run": rec})
+	default:
+		a.o.Logger.Info("run cancelled", "run_id", rec.ID)
+		writeJSON(w, 200, rec)
+	}
+}
+
+// resumeRequest adds budget to a recoverable run: X-Run-Budget keys.
+type resumeRequest struct {
+	ResumeToken string `json:"resume_token"`
+	AddBudget   string `json:"add_budget"` // e.g. "max_steps=10,max_cost_usd=0.5"
+}
+
+func (a *api) resume(w http.ResponseWriter, r *http.Request) {
+	var req resumeRequest
+	body, err := io.ReadAll(io.LimitReader(r.Body, 64<<10))
+	if err != nil {
+		writeError(w, 400, "cannot read body")
+		return
+	}
+	if len(body) > 0 {
+		if err := json.Unmarshal(body, &req); err != nil {
+			writeError(w, 400, "body: "+err.Error())
+			return
+		}
+	}
+	var add accounting.Budget
+	if req.AddBudget != "" {
+		if add, err = accounting.ParseBudgetHeader(req.AddBudget); err != nil {
+			writeError(w, 400, "add_budget: "+err.Error())
+			return
+		}
+	}
+	rec, err := a.p.Resume(r.PathValue("id"), req.ResumeToken, add)
+	switch {
+	case errors.Is(err, pipeline.ErrNoRun):
+		writeError(w, 404, err.Error())
+	case err != nil:
+		writeJSON(w, 409, map[string]any{"error": err.Error(), "run": rec})
+	default:
+		a.o.Logger.Info("run resumed", "run_id", rec.ID)
+		writeJSON(w, 200, rec)
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]any{"error": map[string]string{"message": strings.TrimSpace(msg)}})
+}

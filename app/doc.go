@@ -1,0 +1,7 @@
+// Package app wires the gateway from its configuration (Start), and holds
+// the command line (Main): serve, demo, runs, policy test. cmd/gateway only
+// calls Main.
+//
+// It must not hold request logic: everything it builds is a package of its
+// own.
+package app

@@ -1,0 +1,156 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/haltline/haltline/accounting"
+	"github.com/haltline/haltline/admin"
+	"github.com/haltline/haltline/config"
+	"github.com/haltline/haltline/pipeline"
+	"github.com/haltline/haltline/policy"
+	"github.com/haltline/haltline/proxy"
+	"github.com/haltline/haltline/telemetry"
+)
+
+// Gateway is a running gateway: data plane and control plane.
+type Gateway struct {
+	DataAddr  string
+	AdminAddr string
+	Pipeline  *pipeline.Pipeline
+	Policy    *policy.Engine
+	Registry  *prometheus.Registry
+
+	data   *proxy.Server
+	admin  *http.Server
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// Start builds the gateway from cfg and starts serving. It returns once both
+// listeners accept connections.
+func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Gateway, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	catalog := accounting.DefaultCatalog()
+	if cfg.Prices != "" {
+		c, err := accounting.LoadCatalog(cfg.Prices)
+		if err != nil {
+			return nil, fmt.Errorf("prices: %w", err)
+		}
+		catalog = c
+	}
+	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	pol, err := policy.New(bg, policy.Options{
+		Dir:    cfg.PolicyDir,
+		Data:   registryData(cfg),
+		Logger: log,
+		DecisionLog: func(d policy.Decision) {
+			if d.Err != nil {
+				log.Error("policy decision failed", "package", d.Package, "run_id", d.RunID, "err", d.Err)
+				return
+			}
+			log.Debug("policy decision", "package", d.Package, "run_id", d.RunID, "subject", d.Subject,
+				"fingerprint", d.Fingerprint, "decision", d.Summary, "duration_us", d.Duration.Microseconds(),
+				"policy_version", d.Version)
+		},
+	})
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	if cfg.PolicyDir != "" {
+		go pol.Watch(bg, 2*time.Second)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := telemetry.New(reg)
+	p := pipeline.New(pipeline.Options{
+		Policy: pol, Catalog: catalog, Observer: metrics, Logger: log,
+		UpstreamTimeout: cfg.Limits.UpstreamTimeout, Lease: cfg.Limits.ReservationLease,
+	})
+	go p.RunSweeper(bg, 5*time.Second)
+
+	g := &Gateway{Pipeline: p, Policy: pol, Registry: reg, cancel: cancel, done: make(chan struct{})}
+	g.data = proxy.New(proxy.Options{
+		Pipeline: p, OpenAI: cfg.Providers.OpenAI, Anthropic: cfg.Providers.Anthropic,
+		VirtualKeys: cfg.VirtualKeys, Limits: cfg.Limits, Logger: log,
+	})
+	dl, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+	al, err := net.Listen("tcp", cfg.Admin.Listen)
+	if err != nil {
+		dl.Close()
+		cancel()
+		return nil, fmt.Errorf("admin listen: %w", err)
+	}
+	g.DataAddr, g.AdminAddr = dl.Addr().String(), al.Addr().String()
+	g.admin = &http.Server{
+		Handler: admin.Handler(admin.Options{Pipeline: p, Gatherer: reg, Token: cfg.Admin.Token, Logger: log,
+			Ready: func() error { return nil }}),
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      60 * time.Second,
+	}
+	go func() {
+		defer close(g.done)
+		errc := make(chan error, 2)
+		go func() { errc <- g.data.Serve(dl) }()
+		go func() { errc <- g.admin.Serve(al) }()
+		for range 2 {
+			if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("listener stopped", "err", err)
+			}
+		}
+	}()
+	log.Info("gateway started", "listen", g.DataAddr, "admin", g.AdminAddr,
+		"openai", cfg.Providers.OpenAI.BaseURL, "anthropic", cfg.Providers.Anthropic.BaseURL)
+	return g, nil
+}
+
+// Close drains calls in flight until ctx ends, then stops.
+func (g *Gateway) Close(ctx context.Context) error {
+	err := errors.Join(g.data.Shutdown(ctx), g.admin.Shutdown(ctx))
+	g.cancel()
+	select {
+	case <-g.done:
+	case <-ctx.Done():
+	}
+	return err
+}
+
+// registryData is the tool registry declared in config, for
+// data.haltline.tools (DESIGN §10).
+func registryData(cfg config.Config) map[string]any {
+	tools := map[string]any{}
+	for name, s := range cfg.MCPServers {
+		m := map[string]any{}
+		for tool, spec := range s.Tools {
+			m[tool] = map[string]any{"level": spec.Level}
+		}
+		tools[name] = m
+	}
+	if len(cfg.Tools) > 0 {
+		m := map[string]any{}
+		for name, t := range cfg.Tools {
+			m[name] = map[string]any{"level": t.Level}
+		}
+		tools[""] = m
+	}
+	return map[string]any{"tools": tools}
+}

@@ -1,0 +1,101 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/haltline/haltline/config"
+	"github.com/haltline/haltline/policy"
+)
+
+const usage = `Haltline: a gateway that sees each agent run, and ends runaway runs gracefully.
+
+Usage:
+  gateway serve [--config FILE] [--listen ADDR] [--admin-listen ADDR] [--openai-base-url URL]
+                [--anthropic-base-url URL] [--policy-dir DIR] [--prices FILE] [--data-dir DIR] [--redis-url URL]
+  gateway demo                   scripted agents against a built-in model, no key, no network
+  gateway runs list|show|events|cancel|resume [--admin URL] [--json] …
+  gateway policy test [DIR]      run the Rego unit tests (embedded defaults, and DIR's)
+`
+
+// Main runs the command line; cmd/gateway calls it with os.Args[1:].
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return errors.New("no command")
+	}
+	switch args[0] {
+	case "serve":
+		return serve(ctx, args[1:], stderr, getenv)
+	case "demo":
+		return Demo(ctx, stdout)
+	case "runs":
+		return runsCommand(ctx, args[1:], stdout, getenv)
+	case "policy":
+		if len(args) < 2 || args[1] != "test" {
+			return errors.New("usage: gateway policy test [DIR]")
+		}
+		dir := ""
+		if len(args) > 2 {
+			dir = args[2]
+		}
+		passed, failed, err := policy.RunTests(ctx, dir, stdout, false)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "%d passed, %d failed\n", passed, failed)
+		if failed > 0 {
+			return fmt.Errorf("%d policy test(s) failed", failed)
+		}
+		return nil
+	case "-h", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fmt.Fprint(stderr, usage)
+	return fmt.Errorf("unknown command %q", args[0])
+}
+
+func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(string) string) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	flags := config.NewServeFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg, err := flags.Build(getenv)
+	if err != nil {
+		return fmt.Errorf("configuration:\n%w", err)
+	}
+	log := newLogger(cfg.Log, stderr)
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	g, err := Start(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	<-ctx.Done()
+	log.Info("draining")
+	drain, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return g.Close(drain)
+}
+
+func newLogger(c config.Log, w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(strings.ToUpper(c.Level)))
+	opts := &slog.HandlerOptions{Level: level}
+	if c.Format == "text" {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
+}

@@ -1,0 +1,333 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/goccy/go-yaml"
+)
+
+// Config is gateway.yaml. Every key is optional.
+type Config struct {
+	// Listen is the data plane's address (model and tool routes).
+	Listen string `yaml:"listen"`
+	// Admin is the control plane: runs API, metrics, health, UI.
+	Admin Admin `yaml:"admin"`
+	// ExtProcListen, when set, starts the Envoy ext_proc gRPC server there.
+	ExtProcListen string `yaml:"extproc_listen"`
+	// Providers are the upstream model APIs.
+	Providers Providers `yaml:"providers"`
+	// MCPServers are the MCP servers reachable at /mcp/{name}.
+	MCPServers map[string]MCPServer `yaml:"mcp_servers"`
+	// Tools are plain HTTP tools: /tools/{name}/x is forwarded to <url>/x.
+	Tools map[string]HTTPTool `yaml:"tools"`
+	// VirtualKeys are the agent-facing keys. With them the provider keys
+	// come from providers.*, and the agent's key is never forwarded.
+	VirtualKeys map[string]Principal `yaml:"virtual_keys"`
+	// PolicyDir holds *.rego and data.json that override the embedded
+	// policies; reloaded on change.
+	PolicyDir string `yaml:"policy_dir"`
+	// Prices is a price catalog file that replaces the embedded one.
+	Prices string `yaml:"prices"`
+	// Store says where runs and ledgers live.
+	Store Store `yaml:"store"`
+	// Limits bound what the gateway accepts and waits for.
+	Limits Limits `yaml:"limits"`
+	// Log selects the log format: "json" (default) or "text".
+	Log Log `yaml:"log"`
+}
+
+// Admin is the control plane listener.
+type Admin struct {
+	Listen string `yaml:"listen"`
+	// TokenEnv names the environment variable holding the bearer token that
+	// every /api/v1/* route then requires.
+	TokenEnv string `yaml:"token_env"`
+	// Token is resolved from TokenEnv at load; never read from the file.
+	Token string `yaml:"-"`
+}
+
+// Providers are the model upstreams.
+type Providers struct {
+	OpenAI    Provider `yaml:"openai"`
+	Anthropic Provider `yaml:"anthropic"`
+}
+
+// Provider is one upstream model API.
+type Provider struct {
+	// BaseURL without /v1: the gateway appends the path it received.
+	BaseURL string `yaml:"base_url"`
+	// APIKeyEnv names the environment variable holding the provider key.
+	APIKeyEnv string `yaml:"api_key_env"`
+	// APIKey is resolved from APIKeyEnv; never read from the file.
+	APIKey string `yaml:"-"`
+}
+
+// MCPServer is one MCP server behind /mcp/{name}.
+type MCPServer struct {
+	URL   string              `yaml:"url"`
+	Tools map[string]ToolSpec `yaml:"tools"`
+	// Headers are injected when forwarding (credentials by handle): values
+	// of the form ${ENV} are read from the environment.
+	Headers map[string]string `yaml:"headers"`
+}
+
+// ToolSpec declares a tool's danger level.
+type ToolSpec struct {
+	Level string `yaml:"level"`
+}
+
+// HTTPTool is one plain HTTP tool behind /tools/{name}/.
+type HTTPTool struct {
+	URL     string            `yaml:"url"`
+	Level   string            `yaml:"level"`
+	Headers map[string]string `yaml:"headers"`
+}
+
+// Principal is who a virtual key belongs to.
+type Principal struct {
+	Tenant string `yaml:"tenant"`
+	Team   string `yaml:"team"`
+	User   string `yaml:"user"`
+}
+
+// Store selects the persistence backend.
+type Store struct {
+	// DataDir holds the embedded store's bbolt file.
+	DataDir string `yaml:"data_dir"`
+	// RedisURL selects the shared Redis store for several replicas.
+	RedisURL string `yaml:"redis_url"`
+}
+
+// Limits bound sizes and waits.
+type Limits struct {
+	// MaxBodyBytes bounds a request body (413 beyond); default 32 MiB.
+	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+	// MaxResponseBytes bounds a buffered (non-streamed) upstream response.
+	MaxResponseBytes int64 `yaml:"max_response_bytes"`
+	// UpstreamTimeout bounds one upstream call; the run's deadline may cut it shorter.
+	UpstreamTimeout time.Duration `yaml:"upstream_timeout"`
+	// ReservationLease is how long a reservation lives without news from its call.
+	ReservationLease time.Duration `yaml:"reservation_lease"`
+}
+
+// Log selects the log output.
+type Log struct {
+	Format string `yaml:"format"`
+	Level  string `yaml:"level"`
+}
+
+// Default is the configuration with no file and no flags.
+func Default() Config {
+	return Config{
+		Listen: "127.0.0.1:8080",
+		Admin:  Admin{Listen: "127.0.0.1:9090", TokenEnv: "HALTLINE_ADMIN_TOKEN"},
+		Providers: Providers{
+			OpenAI:    Provider{BaseURL: "https://api.openai.com", APIKeyEnv: "OPENAI_API_KEY"},
+			Anthropic: Provider{BaseURL: "https://api.anthropic.com", APIKeyEnv: "ANTHROPIC_API_KEY"},
+		},
+		Store: Store{DataDir: "./haltline-data"},
+		Limits: Limits{
+			MaxBodyBytes:     32 << 20,
+			MaxResponseBytes: 64 << 20,
+			UpstreamTimeout:  10 * time.Minute,
+			ReservationLease: 15 * time.Minute,
+		},
+		Log: Log{Format: "json", Level: "info"},
+	}
+}
+
+// Parse reads YAML over c. Unknown keys are errors, so a typo never goes
+// unnoticed.
+func (c *Config) Parse(data []byte) error {
+	dec := yaml.NewDecoder(bytes.NewReader(data), yaml.DisallowUnknownField())
+	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) {
+		return err
+	}
+	return nil
+}
+
+// Load reads a file over c.
+func (c *Config) Load(path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if err := c.Parse(data); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
+}
+
+// ResolveEnv fills what comes from the environment: upstream base URLs
+// (OPENAI_BASE_URL, ANTHROPIC_BASE_URL; they override the file's, as the SDKs
+// do), provider keys and the admin token. SDK-style base URLs ending in /v1
+// are accepted and trimmed.
+func (c *Config) ResolveEnv(getenv func(string) string) {
+	if v := getenv("OPENAI_BASE_URL"); v != "" {
+		c.Providers.OpenAI.BaseURL = v
+	}
+	if v := getenv("ANTHROPIC_BASE_URL"); v != "" {
+		c.Providers.Anthropic.BaseURL = v
+	}
+	for _, p := range []*Provider{&c.Providers.OpenAI, &c.Providers.Anthropic} {
+		p.BaseURL = strings.TrimSuffix(strings.TrimRight(p.BaseURL, "/"), "/v1")
+		if p.APIKeyEnv != "" {
+			p.APIKey = getenv(p.APIKeyEnv)
+		}
+	}
+	if c.Admin.TokenEnv != "" {
+		c.Admin.Token = getenv(c.Admin.TokenEnv)
+	}
+}
+
+// Validate reports every problem at once.
+func (c *Config) Validate() error {
+	var errs []error
+	addr := func(name, v string, required bool) {
+		if v == "" {
+			if required {
+				errs = append(errs, fmt.Errorf("%s: required", name))
+			}
+			return
+		}
+		if _, _, err := net.SplitHostPort(v); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %q is not host:port", name, v))
+		}
+	}
+	urlOK := func(name, v string) {
+		u, err := url.Parse(v)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("%s: %q is not an http(s) URL", name, v))
+		}
+	}
+	level := func(name, v string) {
+		switch v {
+		case "", "L0", "L1", "L2":
+		default:
+			errs = append(errs, fmt.Errorf("%s: level %q is not L0, L1 or L2", name, v))
+		}
+	}
+	addr("listen", c.Listen, true)
+	addr("admin.listen", c.Admin.Listen, true)
+	addr("extproc_listen", c.ExtProcListen, false)
+	urlOK("providers.openai.base_url", c.Providers.OpenAI.BaseURL)
+	urlOK("providers.anthropic.base_url", c.Providers.Anthropic.BaseURL)
+	for name, s := range c.MCPServers {
+		urlOK("mcp_servers."+name+".url", s.URL)
+		for tool, spec := range s.Tools {
+			level("mcp_servers."+name+".tools."+tool, spec.Level)
+		}
+	}
+	for name, t := range c.Tools {
+		urlOK("tools."+name+".url", t.URL)
+		level("tools."+name, t.Level)
+	}
+	for key, p := range c.VirtualKeys {
+		if p.Tenant == "" {
+			errs = append(errs, fmt.Errorf("virtual_keys.%s: tenant is required", redactKey(key)))
+		}
+	}
+	if c.Store.DataDir == "" && c.Store.RedisURL == "" {
+		errs = append(errs, errors.New("store: data_dir or redis_url is required"))
+	}
+	if c.Store.RedisURL != "" {
+		if u, err := url.Parse(c.Store.RedisURL); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") {
+			errs = append(errs, fmt.Errorf("store.redis_url: not a redis:// URL"))
+		}
+	}
+	if c.Limits.MaxBodyBytes <= 0 {
+		errs = append(errs, errors.New("limits.max_body_bytes: must be positive"))
+	}
+	if c.Limits.MaxResponseBytes <= 0 {
+		errs = append(errs, errors.New("limits.max_response_bytes: must be positive"))
+	}
+	if c.Limits.UpstreamTimeout <= 0 {
+		errs = append(errs, errors.New("limits.upstream_timeout: must be positive"))
+	}
+	if c.Limits.ReservationLease <= 0 {
+		errs = append(errs, errors.New("limits.reservation_lease: must be positive"))
+	}
+	switch c.Log.Format {
+	case "json", "text":
+	default:
+		errs = append(errs, fmt.Errorf("log.format: %q is not json or text", c.Log.Format))
+	}
+	return errors.Join(errs...)
+}
+
+// redactKey keeps a key's prefix only: keys are secrets.
+func redactKey(k string) string {
+	if len(k) > 6 {
+		return k[:6] + "…"
+	}
+	return "…"
+}
+
+// ServeFlags are the flags of `gateway serve`.
+type ServeFlags struct {
+	fs     *flag.FlagSet
+	Config string
+	values map[string]*string
+}
+
+var serveFlagNames = []struct{ name, usage string }{
+	{"listen", "data plane address"},
+	{"admin-listen", "control plane address"},
+	{"extproc-listen", "Envoy ext_proc gRPC address (off when empty)"},
+	{"openai-base-url", "OpenAI-compatible upstream base URL"},
+	{"anthropic-base-url", "Anthropic upstream base URL"},
+	{"policy-dir", "directory of Rego policies and data.json"},
+	{"prices", "price catalog file"},
+	{"data-dir", "embedded store directory"},
+	{"redis-url", "Redis URL for the shared store"},
+}
+
+// NewServeFlags registers the serve flags on fs.
+func NewServeFlags(fs *flag.FlagSet) *ServeFlags {
+	f := &ServeFlags{fs: fs, values: map[string]*string{}}
+	fs.StringVar(&f.Config, "config", "", "YAML configuration file")
+	for _, n := range serveFlagNames {
+		f.values[n.name] = fs.String(n.name, "", n.usage)
+	}
+	return f
+}
+
+// Build returns defaults < file < environment < flags, validated.
+func (f *ServeFlags) Build(getenv func(string) string) (Config, error) {
+	c := Default()
+	if f.Config != "" {
+		if err := c.Load(f.Config); err != nil {
+			return c, err
+		}
+	}
+	c.ResolveEnv(getenv)
+	set := map[string]bool{}
+	f.fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	apply := func(name string, dst *string) {
+		if set[name] {
+			*dst = *f.values[name]
+		}
+	}
+	apply("listen", &c.Listen)
+	apply("admin-listen", &c.Admin.Listen)
+	apply("extproc-listen", &c.ExtProcListen)
+	apply("openai-base-url", &c.Providers.OpenAI.BaseURL)
+	apply("anthropic-base-url", &c.Providers.Anthropic.BaseURL)
+	apply("policy-dir", &c.PolicyDir)
+	apply("prices", &c.Prices)
+	apply("data-dir", &c.Store.DataDir)
+	apply("redis-url", &c.Store.RedisURL)
+	for _, p := range []*Provider{&c.Providers.OpenAI, &c.Providers.Anthropic} {
+		p.BaseURL = strings.TrimSuffix(strings.TrimRight(p.BaseURL, "/"), "/v1")
+	}
+	return c, c.Validate()
+}

@@ -1,0 +1,311 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/haltline/haltline/accounting"
+	"github.com/haltline/haltline/policy"
+	"github.com/haltline/haltline/runstate"
+	"github.com/haltline/haltline/wire"
+)
+
+// minWrapUpOutput is the smallest output worth a wrap-up call; below it the
+// gateway answers itself.
+const minWrapUpOutput = 64
+
+// WrapUpInstruction is appended to the wrap-up call (DESIGN §5).
+const WrapUpInstruction = "This run has reached its budget. Do not call any tools. " +
+	"Give your best conclusion from what you have so far, and list what is unfinished."
+
+// Begin runs parse, identify, admit and rewrite for one model call. It never
+// fails: a refusal or a fault is an Answer on the turn. Finish must follow
+// every Begin.
+func (p *Pipeline) Begin(ctx context.Context, call *Call, codec wire.Codec) *Turn {
+	t := &Turn{Call: call, codec: codec, started: p.now()}
+	req, err := codec.ParseRequest(call.Body)
+	if err != nil {
+		t.Answer = errorAnswer(codec, wire.ErrInvalidRequest, "invalid request body: "+err.Error(), nil)
+		return t
+	}
+	t.Req = req
+	r, created := p.identify(call, &t.Req)
+	t.run = r
+	r.Mu.Lock()
+	defer r.Mu.Unlock()
+	now := p.now()
+	if r.Ext == nil {
+		g, err := p.govern(ctx, r, call)
+		if err != nil {
+			var bad badRequest
+			if errors.As(err, &bad) {
+				t.Answer = errorAnswer(codec, wire.ErrInvalidRequest, err.Error(), nil)
+			} else {
+				// Fail closed: a policy that cannot answer never means allow.
+				p.log.Error("policy evaluation failed", "run_id", r.ID, "err", err)
+				t.Answer = errorAnswer(codec, wire.ErrUnavailable, "policy unavailable", nil)
+			}
+			return t
+		}
+		r.Ext = g
+		if created {
+			r.Record(now, runstate.Event{Type: runstate.EventTransition, To: runstate.Ready, Detail: "run started"})
+			p.obs.RunStarted()
+		}
+	}
+	g := govOf(r)
+	p.observe(t, g, now)
+	if p.admit(ctx, t, g, now) {
+		p.persist(r)
+		return t
+	}
+	p.forward(t, g, now)
+	p.persist(r)
+	return t
+}
+
+// observe feeds the tool results in the request to the loop guard: they are
+// the observations of the previous step.
+func (p *Pipeline) observe(t *Turn, g *governance, now time.Time) {
+	r := t.run
+	for _, tr := range t.Req.ToolResults {
+		if _, ok := r.Outstanding[tr.CallID]; !ok {
+			continue // already observed, or not ours
+		}
+		delete(r.Outstanding, tr.CallID)
+		if v := g.guard.Observe(tr.CallID, g.canon.Observation(tr.Content)); v != nil {
+			p.loopVerdict(t, g, v, now)
+		}
+	}
+}
+
+// admit applies the checks of DESIGN §5 in order and reserves the call's
+// worst case. It returns true when the turn is answered without forwarding.
+func (p *Pipeline) admit(ctx context.Context, t *Turn, g *governance, now time.Time) bool {
+	r := t.run
+	// An agent that names a completed run and goes on reopens it.
+	if r.State == runstate.Completed && t.Call.RunID != "" {
+		r.Reopen(now)
+	}
+	// cancelled → completed (and every other end): the run answers with its termination.
+	if r.State.Final() {
+		t.Answer = p.endedAnswer(t, g)
+		return true
+	}
+	if t.pendingEnd != nil { // a loop or stall verdict from the observations
+		return p.end(t, g, *t.pendingEnd, now)
+	}
+	lim := g.limits
+	// deadline
+	remaining := r.Remaining(now)
+	if lim.DeadlineMs > 0 && remaining <= 0 {
+		if p.line(t, g, runstate.Termination{Reason: runstate.ReasonDeadline,
+			Detail: fmt.Sprintf("deadline of %d ms passed", lim.DeadlineMs)}, now) {
+			return true
+		}
+	}
+	_, spent, reserved := g.ledger.Snapshot()
+	step := spent.Steps + reserved.Steps + 1
+	t.step = step
+	// steps
+	if lim.MaxSteps > 0 && step > lim.MaxSteps {
+		if p.line(t, g, runstate.Termination{Reason: runstate.ReasonMaxSteps,
+			Detail: fmt.Sprintf("%d of %d steps taken", step-1, lim.MaxSteps)}, now) {
+			return true
+		}
+	}
+	// tokens, cost, tool quota: a budget already spent ends the run here;
+	// one that only lacks room for this call's worst case is met by the
+	// reservation below with a wrap-up.
+	c := r.Counters
+	if lim.MaxTokens > 0 && c.InputTokens+c.OutputTokens >= lim.MaxTokens {
+		if p.line(t, g, runstate.Termination{Reason: runstate.ReasonTokenBudget,
+			Detail: fmt.Sprintf("%d of %d tokens used", c.InputTokens+c.OutputTokens, lim.MaxTokens)}, now) {
+			return true
+		}
+	}
+	if maxCost := accounting.USD(lim.MaxCostUSD); maxCost > 0 && accounting.Money(c.ActualCost) >= maxCost {
+		if p.line(t, g, runstate.Termination{Reason: runstate.ReasonCostBudget,
+			Detail: fmt.Sprintf("%s of %s USD spent", accounting.Money(c.ActualCost), maxCost)}, now) {
+			return true
+		}
+	}
+	if lim.MaxToolCalls > 0 && c.ToolCalls > lim.MaxToolCalls {
+		if p.line(t, g, runstate.Termination{Reason: runstate.ReasonToolQuota,
+			Detail: fmt.Sprintf("%d tool calls of %d allowed", c.ToolCalls, lim.MaxToolCalls)}, now) {
+			return true
+		}
+	}
+	// model policy
+	maxOut := t.Req.MaxOutputTokens
+	if maxOut <= 0 {
+		maxOut = lim.DefaultMaxOutputTokens
+	}
+	if p.pol != nil {
+		in := policy.ModelInput{RunInput: runInput(r, t.Call.Principal, now), Model: policy.ModelInfo{
+			Name: t.Req.Model, Provider: t.Req.API.Provider(), Stream: t.Req.Stream, MaxOutputTokens: t.Req.MaxOutputTokens}}
+		d, err := p.pol.Model(ctx, in)
+		if err != nil {
+			p.log.Error("model policy failed", "run_id", r.ID, "err", err)
+			t.Answer = errorAnswer(t.codec, wire.ErrUnavailable, "policy unavailable", nil)
+			return true
+		}
+		if !d.Allow() {
+			if p.line(t, g, runstate.Termination{Reason: runstate.ReasonPolicyDenied,
+				Detail: "model call denied: " + joinReasons(d.Deny)}, now) {
+				return true
+			}
+		}
+		if d.MaxOutputTokens > 0 && d.MaxOutputTokens < maxOut {
+			maxOut = d.MaxOutputTokens
+		}
+	}
+	// reserve
+	return p.reserve(t, g, maxOut, remaining, now)
+}
+
+// reserve books the call's worst case against every ledger it draws on,
+// turning the call into the run's wrap-up when only the final reserve is
+// left, or ending the run when not even a wrap-up fits.
+func (p *Pipeline) reserve(t *Turn, g *governance, maxOut int64, remaining time.Duration, now time.Time) bool {
+	lim := g.limits
+	price, ok := p.catalog.Lookup(t.Req.Model)
+	t.price, t.priced = price, ok
+	if !ok && lim.MaxCostUSD > 0 {
+		t.Answer = errorAnswer(t.codec, wire.ErrInvalidRequest, fmt.Sprintf(
+			"model %q has no price in the catalog, so this run's cost budget cannot be enforced", t.Req.Model), nil)
+		return true
+	}
+	est := accounting.EstimateInputTokens(t.Req.BodyBytes)
+	wrapLine := ""
+	// The last allowed step, the soft line, or a deadline inside the final
+	// reserve make this call the wrap-up.
+	if lim.MaxSteps > 0 && g.term.EnforcementOf(runstate.ReasonMaxSteps) == policy.Enforce {
+		if t.step >= lim.MaxSteps || float64(t.step-1) >= lim.SoftWrapUp*float64(lim.MaxSteps) {
+			wrapLine = runstate.ReasonMaxSteps
+		}
+	}
+	reserveTime := time.Duration(float64(lim.DeadlineMs)*lim.FinalReserve) * time.Millisecond
+	t.Timeout = p.opts.UpstreamTimeout
+	if lim.DeadlineMs > 0 {
+		if work := remaining - reserveTime; work > 0 {
+			t.Timeout = min(t.Timeout, work)
+		} else {
+			t.Timeout = min(t.Timeout, remaining)
+			if g.term.EnforcementOf(runstate.ReasonDeadline) == policy.Enforce {
+				wrapLine = runstate.ReasonDeadline
+			}
+		}
+	}
+	if wrapLine == "" {
+		wrapLine = softLine(g, lim.SoftWrapUp)
+	}
+	want := accounting.Vector{Steps: 1, Tokens: est + maxOut, InputTokens: est, OutputTokens: maxOut,
+		Cost: price.WorstCase(est, maxOut)}
+	if wrapLine == "" {
+		res, short := accounting.Reserve(g.ledgers, want, false, p.opts.Lease, now)
+		if short == nil {
+			p.obs.Reservation("ok")
+			t.res, t.reserved = res, want
+			p.opts.Leases.Track(res)
+			return false
+		}
+		wrapLine = shortfallLine(short)
+	}
+	// Wrap-up: the output is capped so that the worst case fits what remains,
+	// final reserve included.
+	head := accounting.Headroom(g.ledgers, true)
+	out := min(maxOut, head.OutputTokens, head.Tokens-est)
+	if ok && head.Cost != accounting.Money(1<<63-1) {
+		out = min(out, price.MaxOutputFor(head.Cost, est))
+	}
+	if out < minWrapUpOutput || head.InputTokens < est || head.Steps < 1 {
+		p.obs.Reservation("refused")
+		return p.end(t, g, runstate.Termination{Reason: wrapLine, Detail: "no budget left even for a wrap-up"}, now)
+	}
+	want = accounting.Vector{Steps: 1, Tokens: est + out, InputTokens: est, OutputTokens: out,
+		Cost: price.WorstCase(est, out)}
+	res, short := accounting.Reserve(g.ledgers, want, true, p.opts.Lease, now)
+	if short != nil {
+		p.obs.Reservation("refused")
+		return p.end(t, g, runstate.Termination{Reason: shortfallLine(short), Detail: "no budget left even for a wrap-up"}, now)
+	}
+	p.obs.Reservation("wrap_up")
+	p.opts.Leases.Track(res)
+	t.res, t.reserved = res, want
+	t.wrapUp, t.wrapLine = true, wrapLine
+	t.wrapOut = out
+	return false
+}
+
+// softLine returns the line whose soft wrap-up fraction is reached on any
+// ledger, or "".
+func softLine(g *governance, frac float64) string {
+	if frac <= 0 {
+		return ""
+	}
+	for _, l := range g.ledgers {
+		lim, spent, _ := l.Snapshot()
+		over := func(s, m int64) bool { return m > 0 && float64(s) >= frac*float64(m) }
+		if over(int64(spent.Cost), int64(lim.Cost)) {
+			return runstate.ReasonCostBudget
+		}
+		if over(spent.Tokens, lim.Tokens) || over(spent.InputTokens, lim.InputTokens) || over(spent.OutputTokens, lim.OutputTokens) {
+			return runstate.ReasonTokenBudget
+		}
+	}
+	return ""
+}
+
+func shortfallLine(s *accounting.Shortfall) string {
+	switch s.Dimension {
+	case "cost":
+		return runstate.ReasonCostBudget
+	case "steps":
+		return runstate.ReasonMaxSteps
+	case "tool_calls":
+		return runstate.ReasonToolQuota
+	}
+	return runstate.ReasonTokenBudget
+}
+
+// forward prepares the upstream body and moves the run to deciding.
+func (p *Pipeline) forward(t *Turn, g *governance, now time.Time) {
+	r := t.run
+	var err error
+	if t.wrapUp {
+		t.UpstreamBody, err = t.codec.WrapUp(t.Call.Body, &t.Req, WrapUpInstruction, t.wrapOut)
+		r.Record(now, runstate.Event{Type: runstate.EventWrapUp, Detail: t.wrapLine})
+	} else {
+		var capOut int64
+		if g.budgeted && (t.Req.MaxOutputTokens == 0 || t.Req.MaxOutputTokens > t.reserved.OutputTokens) {
+			capOut = t.reserved.OutputTokens
+		}
+		t.UpstreamBody, err = t.codec.PrepareUpstream(t.Call.Body, &t.Req, capOut)
+	}
+	if err != nil {
+		t.res.Release()
+		t.res = nil
+		t.Answer = errorAnswer(t.codec, wire.ErrInvalidRequest, "cannot prepare request: "+err.Error(), nil)
+		return
+	}
+	r.Counters.ModelCalls++
+	r.Inflight++
+	r.Transition(runstate.Deciding, now, "")
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Ctx, t.cancel = ctx, cancel
+	t.unreg = r.AddCancel(cancel)
+}
+
+func joinReasons(rs []string) string {
+	s := ""
+	for i, r := range rs {
+		if i > 0 {
+			s += "; "
+		}
+		s += r
+	}
+	return s
+}

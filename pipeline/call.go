@@ -1,0 +1,109 @@
+package pipeline
+
+import (
+	"context"
+	"time"
+
+	"github.com/haltline/haltline/accounting"
+	"github.com/haltline/haltline/runstate"
+	"github.com/haltline/haltline/wire"
+)
+
+// Principal is who the agent's credential names.
+type Principal struct {
+	Tenant, Team, User, KeyID string
+}
+
+// Call is one model call as a front end received it.
+type Call struct {
+	API  wire.API
+	Body []byte // read-only: the rewrite stage returns a new body
+	// Run headers (DESIGN §3), as sent.
+	RunID, SessionID, AgentID, ParentRunID, TaskType, RunBudget string
+	Principal                                                   Principal
+}
+
+// Answer is a response the gateway gives itself, without (or instead of)
+// the upstream's.
+type Answer struct {
+	Status      int
+	ContentType string
+	Body        []byte
+	// NoRetry adds x-should-retry: false (DESIGN §12).
+	NoRetry bool
+}
+
+// Outcome is what happened upstream, reported to Finish.
+type Outcome struct {
+	// Status is the upstream HTTP status; 0 when no response arrived.
+	Status int
+	// Body is the non-streamed 2xx response body.
+	Body []byte
+	// Streamed is true when the response was relayed through Feed.
+	Streamed bool
+	// Err is the transport error, if any (timeout, reset, cancellation).
+	Err error
+	// UpstreamWait is the time spent waiting on the upstream.
+	UpstreamWait time.Duration
+}
+
+// Turn is one call's passage through the pipeline.
+type Turn struct {
+	Call  *Call
+	Req   wire.Request
+	codec wire.Codec
+	run   *runstate.Run
+	gov   *governance
+
+	// Answer, when set by Begin, is given instead of forwarding.
+	Answer *Answer
+	// UpstreamBody is the body to forward.
+	UpstreamBody []byte
+	// Timeout bounds the upstream call: min(configured, remaining − final reserve).
+	Timeout time.Duration
+	// Ctx is cancelled when the run is cancelled or ends; the front end
+	// derives the upstream call's context from it.
+	Ctx    context.Context
+	cancel context.CancelFunc
+	unreg  func()
+
+	step     int64
+	wrapUp   bool
+	wrapLine string
+	wrapOut  int64
+	// pendingEnd is a loop or stall verdict found while observing the
+	// request's tool results, applied in admission order.
+	pendingEnd *runstate.Termination
+	res        *accounting.Reservation
+	reserved   accounting.Vector
+	price      accounting.Price
+	priced     bool
+	tap        wire.StreamTap
+	started    time.Time
+	finished   bool
+}
+
+// Feed passes a piece of the upstream stream through the usage tap and
+// returns what the client must receive.
+func (t *Turn) Feed(chunk []byte) []byte {
+	if t.tap == nil {
+		t.tap = t.codec.NewStreamTap(&t.Req)
+	}
+	return t.tap.Feed(chunk)
+}
+
+// End returns what the tap still holds at the end of the stream.
+func (t *Turn) End() []byte {
+	if t.tap == nil {
+		return nil
+	}
+	return t.tap.End()
+}
+
+// RunID is the run the call was attributed to ("" before identification).
+func (t *Turn) RunID() string {
+	if t.run == nil {
+		return ""
+	}
+	return t.run.ID
+}

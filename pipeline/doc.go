@@ -1,0 +1,15 @@
+// Package pipeline is the transport-free core of the gateway. Both front
+// ends (the fasthttp proxy and Envoy ext_proc) drive every model call
+// through the same three steps:
+//
+//	Begin  → parse → identify run → admit (DESIGN §5 order) → rewrite    (before forwarding)
+//	Feed   → usage read on the side while the response streams
+//	Finish → settle or release the reservation → loop/stall → record     (exactly once)
+//
+// It composes the domain packages (runstate, accounting, policy, loopguard)
+// and turns their verdicts into termination reasons, wrap-up calls and
+// finalize / reject answers rendered by the wire codecs.
+//
+// It must not import fasthttp, gRPC or net/http, nor read provider JSON
+// itself: wire codecs do that.
+package pipeline

@@ -1,0 +1,211 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/haltline/haltline/accounting"
+	"github.com/haltline/haltline/loopguard"
+	"github.com/haltline/haltline/runstate"
+	"github.com/haltline/haltline/wire"
+)
+
+// Finish settles or releases the turn's reservation, runs the loop and stall
+// detectors on the response, and records the transition. It runs exactly
+// once per Begin (later calls do nothing). For a non-streamed response it
+// may return an Answer that replaces the upstream's (the run ended on this
+// response, or the upstream failed); for a streamed one the answer is
+// already on the wire and the run ends at its next call.
+func (p *Pipeline) Finish(ctx context.Context, t *Turn, out Outcome) *Answer {
+	if t.finished {
+		return nil
+	}
+	t.finished = true
+	now := p.now()
+	p.obs.ModelCall(t.Req.API.String(), answerStatus(t, out), now.Sub(t.started), out.UpstreamWait)
+	if t.run == nil || t.res == nil {
+		return nil // parse error, or answered by the gateway: nothing reserved
+	}
+	if t.cancel != nil {
+		t.cancel()
+	}
+	r := t.run
+	r.Mu.Lock()
+	answer := p.finishLocked(t, out, now)
+	p.persist(r)
+	r.Mu.Unlock()
+	if t.unreg != nil {
+		t.unreg()
+	}
+	return answer
+}
+
+func answerStatus(t *Turn, out Outcome) int {
+	if t.Answer != nil {
+		return t.Answer.Status
+	}
+	return out.Status
+}
+
+func (p *Pipeline) finishLocked(t *Turn, out Outcome, now time.Time) *Answer {
+	r, g := t.run, govOf(t.run)
+	r.Inflight--
+	ok := out.Status >= 200 && out.Status < 300
+	if !ok {
+		t.res.Release()
+		if r.Inflight == 0 && r.State == runstate.Deciding {
+			r.Transition(runstate.Ready, now, "model call failed")
+		}
+		r.Record(now, runstate.Event{Type: runstate.EventModelCall, Model: t.Req.Model, Status: out.Status,
+			Detail: errDetail(out.Err)})
+		if out.Status != 0 {
+			return nil // the upstream's own error passes through unchanged
+		}
+		return p.transportFailure(t, g, out.Err, now)
+	}
+	var resp wire.Response
+	if out.Streamed {
+		if t.tap != nil {
+			resp = *t.tap.Response()
+		}
+	} else if parsed, err := t.codec.ParseResponse(out.Body); err == nil {
+		resp = parsed
+	} else {
+		p.log.Warn("unreadable upstream response", "run_id", r.ID, "err", err)
+	}
+	complete := resp.HasUsage || resp.FinishReason != ""
+	p.settle(t, g, &resp, now)
+	if resp.ErrorMessage != "" || !complete {
+		// The stream broke off (client gone, upstream error event): the
+		// spend is settled, but no decision was taken.
+		if r.Inflight == 0 && r.State == runstate.Deciding {
+			r.Transition(runstate.Ready, now, "model call incomplete")
+		}
+		if t.wrapUp && !r.State.Final() {
+			p.terminate(r, g, runstate.Termination{Reason: t.wrapLine, Detail: "wrap-up call did not complete"}, runstate.Terminated, now)
+		}
+		return nil
+	}
+	r.Counters.AgentSteps++
+	if resp.Text != "" {
+		r.Partial = resp.Text
+	}
+	p.indexResponse(r.ID, &resp)
+	if len(resp.ToolCalls) > 0 && !t.wrapUp {
+		return p.toolStep(t, g, &resp, out, now)
+	}
+	if t.wrapUp {
+		p.terminate(r, g, runstate.Termination{Reason: t.wrapLine, Mode: "wrap_up",
+			Detail: "wrapped up with a final answer"}, runstate.CompletedWithDegradation, now)
+		return nil
+	}
+	if r.Transition(runstate.Completed, now, "final answer") {
+		p.obs.RunEnded(string(runstate.Completed), runstate.ReasonCompleted)
+	}
+	return nil
+}
+
+// settle books the actual usage. Without usage (a stream cut before its
+// usage arrived) the reservation's worst case is booked: the provider bills
+// what it generated, and a budget must never be under-counted.
+func (p *Pipeline) settle(t *Turn, g *governance, resp *wire.Response, now time.Time) {
+	r := t.run
+	u := resp.Usage
+	var cost accounting.Money
+	if resp.HasUsage {
+		if t.priced {
+			cost = t.price.Cost(t.Req.API.Provider(), u)
+		}
+	} else {
+		u = wire.Usage{InputTokens: t.reserved.InputTokens, OutputTokens: t.reserved.OutputTokens}
+		cost = t.reserved.Cost
+	}
+	actual := accounting.Vector{Steps: 1, Tokens: u.InputTokens + u.OutputTokens, InputTokens: u.InputTokens,
+		OutputTokens: u.OutputTokens, ToolCalls: int64(len(resp.ToolCalls)), Cost: cost}
+	t.res.Settle(actual, now)
+	c := &r.Counters
+	c.InputTokens += u.InputTokens
+	c.OutputTokens += u.OutputTokens
+	c.ReasoningTokens += u.ReasoningTokens
+	c.CachedTokens += u.CachedTokens
+	c.CacheWriteTokens += u.CacheWriteTokens
+	c.ActualCost += int64(cost)
+	c.EstimatedCost += int64(t.reserved.Cost)
+	c.ToolCalls += int64(len(resp.ToolCalls))
+	model := resp.Model
+	if model == "" {
+		model = t.Req.Model
+	}
+	label := "other" // unpriced names are unbounded: never a label
+	if t.priced {
+		label = t.Req.Model
+	}
+	p.obs.Usage(t.Req.API.Provider(), label, u, cost)
+	r.Record(now, runstate.Event{Type: runstate.EventModelCall, Model: model, Status: 200,
+		InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, CostUSD: cost.USD(),
+		Detail: resp.FinishReason})
+}
+
+// toolStep handles a response that asks for tools: outstanding calls for
+// attribution, lineage, and the loop guard, which may end the run here.
+func (p *Pipeline) toolStep(t *Turn, g *governance, resp *wire.Response, out Outcome, now time.Time) *Answer {
+	r := t.run
+	if r.Outstanding == nil {
+		r.Outstanding = map[string]runstate.OutstandingCall{}
+	}
+	calls := make([]loopguard.Call, 0, len(resp.ToolCalls))
+	for _, tc := range resp.ToolCalls {
+		fp := g.canon.Fingerprint(r.AgentID, tc.Name, tc.Arguments)
+		calls = append(calls, loopguard.Call{ID: tc.ID, Tool: tc.Name, FP: fp})
+		r.Outstanding[tc.ID] = runstate.OutstandingCall{Name: tc.Name, Fingerprint: fp.String()}
+		r.LastAction = &runstate.Action{Tool: tc.Name, ArgumentsHash: fp.String()}
+		r.Record(now, runstate.Event{Type: runstate.EventToolCall, Tool: tc.Name, ArgumentsHash: fp.String()})
+	}
+	r.Transition(runstate.ExecutingTools, now, fmt.Sprintf("%d tool call(s)", len(calls)))
+	if v := g.guard.Step(int(r.Counters.AgentSteps), calls); v != nil {
+		p.loopVerdict(t, g, v, now)
+	}
+	if t.pendingEnd == nil {
+		return nil
+	}
+	term := *t.pendingEnd
+	t.pendingEnd = nil
+	p.terminate(r, g, term, runstate.Terminated, now)
+	if out.Streamed {
+		return nil // already relayed; the next call is answered with the end
+	}
+	return p.endedAnswer(t, g)
+}
+
+// transportFailure answers a call whose upstream never answered: the run's
+// deadline ends the run; anything else is a 502/504 in the provider format.
+func (p *Pipeline) transportFailure(t *Turn, g *governance, err error, now time.Time) *Answer {
+	r := t.run
+	if r.State.Final() { // cancelled or ended while in flight
+		return p.endedAnswer(t, g)
+	}
+	if g.limits.DeadlineMs > 0 && r.Remaining(now) <= time.Duration(float64(g.limits.DeadlineMs)*g.limits.FinalReserve)*time.Millisecond &&
+		errors.Is(err, context.DeadlineExceeded) {
+		p.line(t, g, runstate.Termination{Reason: runstate.ReasonDeadline,
+			Detail: fmt.Sprintf("deadline of %d ms reached while waiting for the model", g.limits.DeadlineMs)}, now)
+		if r.State.Final() {
+			return p.endedAnswer(t, g)
+		}
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return errorAnswer(t.codec, wire.ErrTimeout, "upstream timed out", nil)
+	}
+	if errors.Is(err, context.Canceled) {
+		return errorAnswer(t.codec, wire.ErrBadGateway, "call cancelled", nil)
+	}
+	return errorAnswer(t.codec, wire.ErrBadGateway, "upstream unreachable", nil)
+}
+
+func errDetail(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}

@@ -1,0 +1,165 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/haltline/haltline/accounting"
+	"github.com/haltline/haltline/loopguard"
+	"github.com/haltline/haltline/policy"
+	"github.com/haltline/haltline/runstate"
+)
+
+// governance is a run's policy answers and meters, fixed when the run starts
+// (the budget question is asked once per run, DESIGN §11) and kept in
+// runstate.Run.Ext.
+type governance struct {
+	limits  policy.Limits
+	term    policy.TerminationAnswer
+	loop    policy.LoopThresholds
+	ledger  *accounting.Ledger   // the run's own
+	ledgers []*accounting.Ledger // own, then parent's chain, then team windows
+	guard   *loopguard.Guard
+	canon   *loopguard.Canonicalizer
+	// budgeted is true when tokens or cost are limited anywhere: only then
+	// does the gateway cap the forwarded request's output.
+	budgeted bool
+}
+
+func govOf(r *runstate.Run) *governance {
+	g, _ := r.Ext.(*governance)
+	return g
+}
+
+func runInput(r *runstate.Run, pr Principal, now time.Time) policy.RunInput {
+	c := r.Counters
+	return policy.RunInput{
+		Principal: policy.Principal{Tenant: pr.Tenant, Team: pr.Team, User: pr.User, KeyID: pr.KeyID},
+		Run: policy.RunInfo{
+			ID: r.ID, SessionID: r.SessionID, ParentID: r.ParentID, AgentID: r.AgentID,
+			TaskType: r.TaskType, State: string(r.State), Steps: c.AgentSteps,
+			ModelCalls: c.ModelCalls, ToolCalls: c.ToolCalls, InputTokens: c.InputTokens,
+			OutputTokens: c.OutputTokens, ElapsedMs: r.Elapsed(now).Milliseconds(),
+			CostUSD: accounting.Money(c.ActualCost).USD(),
+		},
+	}
+}
+
+// govern asks the per-run policy questions and opens the run's ledgers. The
+// caller holds r.Mu. An error (policy evaluation failed, bad budget header)
+// leaves the run ungoverned, and the call is refused.
+func (p *Pipeline) govern(ctx context.Context, r *runstate.Run, call *Call) (*governance, error) {
+	in := runInput(r, call.Principal, p.now())
+	limits := policy.DefaultLimits()
+	term := policy.TerminationAnswer{Mode: policy.ModeFinalize}
+	loop := policy.DefaultLoopThresholds()
+	var windows []policy.TeamWindow
+	if p.pol != nil {
+		var err error
+		if limits, err = p.pol.Budget(ctx, in); err != nil {
+			return nil, fmt.Errorf("budget policy: %w", err)
+		}
+		if term, err = p.pol.Termination(ctx, in); err != nil {
+			return nil, fmt.Errorf("termination policy: %w", err)
+		}
+		if loop, err = p.pol.Loop(ctx, in); err != nil {
+			return nil, fmt.Errorf("loop policy: %w", err)
+		}
+		if call.Principal.Team != "" {
+			windows = p.pol.TeamWindows(call.Principal.Team)
+		}
+	}
+	granted := budgetOf(limits)
+	if call.RunBudget != "" {
+		asked, err := accounting.ParseBudgetHeader(call.RunBudget)
+		if err != nil {
+			return nil, badRequest{fmt.Errorf("X-Run-Budget: %w", err)}
+		}
+		granted = granted.Tighten(asked) // a header only tightens
+	}
+	limits.MaxSteps = granted.Steps
+	limits.MaxTokens = granted.Tokens
+	limits.MaxInputTokens = granted.InputTokens
+	limits.MaxOutputTokens = granted.OutputTokens
+	limits.MaxToolCalls = granted.ToolCalls
+	limits.MaxCostUSD = granted.Cost.USD()
+	limits.DeadlineMs = granted.DeadlineMs
+
+	g := &governance{limits: limits, term: term, loop: loop}
+	lim := granted.Vector
+	g.ledger = accounting.NewLedger("run:"+r.ID, lim, finalReserve(lim, limits.FinalReserve))
+	g.ledgers = []*accounting.Ledger{g.ledger}
+	g.budgeted = lim.Tokens > 0 || lim.Cost > 0 || lim.OutputTokens > 0 || lim.InputTokens > 0
+	if r.ParentID != "" {
+		if parent := p.runs.Get(r.ParentID); parent != nil && parent != r {
+			parent.Mu.Lock()
+			if pg := govOf(parent); pg != nil {
+				g.ledgers = append(g.ledgers, pg.ledgers...)
+				g.budgeted = g.budgeted || pg.budgeted
+			}
+			parent.Mu.Unlock()
+		}
+	}
+	for _, w := range windows {
+		l := p.teamLedger(w)
+		g.ledgers = append(g.ledgers, l)
+		wl, _, _ := l.Snapshot()
+		g.budgeted = g.budgeted || wl.Tokens > 0 || wl.Cost > 0
+	}
+	g.canon = p.canonicalizer(loop.VolatileKeys)
+	g.guard = newGuard(g)
+	r.MaxSteps = limits.MaxSteps
+	r.DeadlineMs = limits.DeadlineMs
+	return g, nil
+}
+
+// budgetOf turns policy limits into a ledger budget.
+func budgetOf(l policy.Limits) accounting.Budget {
+	return accounting.Budget{
+		Vector: accounting.Vector{
+			Steps: l.MaxSteps, Tokens: l.MaxTokens, InputTokens: l.MaxInputTokens,
+			OutputTokens: l.MaxOutputTokens, ToolCalls: l.MaxToolCalls,
+			Cost: accounting.USD(l.MaxCostUSD),
+		},
+		DeadlineMs: l.DeadlineMs,
+	}
+}
+
+// finalReserve is the part of each budget kept for the wrap-up. Steps have
+// none: the last step itself is the wrap-up.
+func finalReserve(lim accounting.Vector, frac float64) accounting.Vector {
+	part := func(v int64) int64 { return int64(float64(v) * frac) }
+	return accounting.Vector{
+		Tokens: part(lim.Tokens), InputTokens: part(lim.InputTokens),
+		OutputTokens: part(lim.OutputTokens), ToolCalls: 0,
+		Cost: accounting.Money(part(int64(lim.Cost))),
+	}
+}
+
+func (p *Pipeline) teamLedger(w policy.TeamWindow) *accounting.Ledger {
+	key := "team:" + w.Team + ":" + w.Name
+	p.teamMu.Lock()
+	defer p.teamMu.Unlock()
+	l := p.teamLedgers[key]
+	lim := budgetOf(w.Limits).Vector
+	if l == nil {
+		l = accounting.NewWindowLedger(key, lim, accounting.Vector{}, w.Period, p.now())
+		p.teamLedgers[key] = l
+	} else {
+		l.SetLimit(lim, accounting.Vector{}) // policy may have changed
+	}
+	return l
+}
+
+// badRequest marks an error that is the caller's fault (400).
+type badRequest struct{ error }
+
+func (b badRequest) Unwrap() error { return b.error }
+
+func newGuard(g *governance) *loopguard.Guard {
+	return loopguard.NewGuard(loopguard.Thresholds{
+		SameInRow: g.loop.SameInRow, Window: g.loop.Window, WindowRepeats: g.loop.WindowRepeats,
+		MaxCyclePeriod: g.loop.MaxCyclePeriod, StallSteps: g.loop.StallSteps,
+	})
+}

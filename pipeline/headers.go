@@ -1,0 +1,71 @@
+package pipeline
+
+import (
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/haltline/haltline/accounting"
+)
+
+// Response header names (DESIGN §3).
+const (
+	HeaderRunID           = "X-Run-Id"
+	HeaderRunState        = "X-Run-State"
+	HeaderRunStep         = "X-Run-Step"
+	HeaderBudgetRemaining = "X-Run-Budget-Remaining"
+	HeaderTermination     = "X-Run-Termination"
+)
+
+// Headers calls set for each X-Run-* response header of the turn, as the run
+// stands now.
+func (p *Pipeline) Headers(t *Turn, set func(name, value string)) {
+	r := t.run
+	if r == nil {
+		return
+	}
+	r.Mu.Lock()
+	defer r.Mu.Unlock()
+	set(HeaderRunID, r.ID)
+	set(HeaderRunState, string(r.State))
+	step := t.step
+	if step == 0 {
+		step = r.Counters.AgentSteps
+	}
+	set(HeaderRunStep, strconv.FormatInt(step, 10))
+	if g := govOf(r); g != nil {
+		set(HeaderBudgetRemaining, remaining(g, r.Remaining(p.now())))
+	}
+	if r.State.Final() && r.Termination != nil {
+		set(HeaderTermination, r.Termination.Reason)
+	}
+}
+
+// remaining renders steps=3;tokens=12000;cost_usd=0.21;time_ms=40000 for
+// the limited dimensions.
+func remaining(g *governance, left time.Duration) string {
+	h := accounting.Headroom(g.ledgers, true)
+	var b strings.Builder
+	add := func(k, v string) {
+		if b.Len() > 0 {
+			b.WriteByte(';')
+		}
+		b.WriteString(k)
+		b.WriteByte('=')
+		b.WriteString(v)
+	}
+	if h.Steps != math.MaxInt64 {
+		add("steps", strconv.FormatInt(max(h.Steps, 0), 10))
+	}
+	if h.Tokens != math.MaxInt64 {
+		add("tokens", strconv.FormatInt(max(h.Tokens, 0), 10))
+	}
+	if h.Cost != accounting.Money(math.MaxInt64) {
+		add("cost_usd", max(h.Cost, 0).String())
+	}
+	if g.limits.DeadlineMs > 0 {
+		add("time_ms", strconv.FormatInt(max(left.Milliseconds(), 0), 10))
+	}
+	return b.String()
+}

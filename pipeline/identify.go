@@ -1,0 +1,75 @@
+package pipeline
+
+import (
+	"strconv"
+
+	"github.com/haltline/haltline/runstate"
+	"github.com/haltline/haltline/wire"
+)
+
+// identify finds the run a call belongs to (DESIGN §3): X-Run-Id, else
+// lineage — previous_response_id, the tool-call ids of the last assistant
+// turn, the hash of its text — else a new run. A new user message after a
+// final answer starts a new run in the same session.
+func (p *Pipeline) identify(call *Call, req *wire.Request) (r *runstate.Run, created bool) {
+	if call.RunID != "" {
+		return p.runs.GetOrCreate(p.identity(call, call.RunID, call.SessionID))
+	}
+	var prev *runstate.Run
+	if req.PreviousResponseID != "" {
+		prev = p.runs.Lookup(runstate.KeyResponse + req.PreviousResponseID)
+	}
+	if prev == nil {
+		for _, id := range req.LastAssistantToolCallIDs {
+			if prev = p.runs.Lookup(runstate.KeyToolCall + id); prev != nil {
+				break
+			}
+		}
+	}
+	if prev == nil && req.LastAssistantTextHash != 0 {
+		prev = p.runs.Lookup(runstate.KeyText + strconv.FormatUint(req.LastAssistantTextHash, 16))
+	}
+	if prev != nil {
+		prev.Mu.Lock()
+		state, session := prev.State, prev.SessionID
+		prev.Mu.Unlock()
+		// A final answer followed by a new user message is a new task in the
+		// same conversation; anything else continues the run (and a run that
+		// was ended keeps answering with its termination).
+		if !(req.NewUserTurn && (state == runstate.Completed || state == runstate.CompletedWithDegradation)) {
+			return prev, false
+		}
+		sid := session
+		if call.SessionID != "" {
+			sid = call.SessionID
+		}
+		return p.runs.GetOrCreate(p.identity(call, runstate.NewID("r-"), sid))
+	}
+	return p.runs.GetOrCreate(p.identity(call, runstate.NewID("r-"), call.SessionID))
+}
+
+func (p *Pipeline) identity(call *Call, id, session string) runstate.Identity {
+	if session == "" {
+		session = "s-" + id
+	}
+	return runstate.Identity{
+		ID: id, SessionID: session, ParentID: call.ParentRunID, AgentID: call.AgentID,
+		TaskType: call.TaskType, Tenant: call.Principal.Tenant, Team: call.Principal.Team,
+		User: call.Principal.User,
+	}
+}
+
+// indexResponse records what a later request will echo back of a response.
+func (p *Pipeline) indexResponse(runID string, resp *wire.Response) {
+	for _, tc := range resp.ToolCalls {
+		if tc.ID != "" {
+			p.runs.Index(runstate.KeyToolCall+tc.ID, runID)
+		}
+	}
+	if resp.TextHash != 0 {
+		p.runs.Index(runstate.KeyText+strconv.FormatUint(resp.TextHash, 16), runID)
+	}
+	if resp.ID != "" {
+		p.runs.Index(runstate.KeyResponse+resp.ID, runID)
+	}
+}

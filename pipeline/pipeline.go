@@ -1,0 +1,155 @@
+package pipeline
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/haltline/haltline/accounting"
+	"github.com/haltline/haltline/loopguard"
+	"github.com/haltline/haltline/policy"
+	"github.com/haltline/haltline/runstate"
+	"github.com/haltline/haltline/wire"
+)
+
+// Observer receives what the pipeline measures; telemetry implements it so
+// that no domain package imports Prometheus.
+type Observer interface {
+	ModelCall(api string, status int, total, upstream time.Duration)
+	Usage(provider, model string, u wire.Usage, cost accounting.Money)
+	RunStarted()
+	RunEnded(state, reason string)
+	Termination(reason, mode string)
+	Reservation(result string)
+	LoopDetection(detector, mode string)
+}
+
+type nopObserver struct{}
+
+func (nopObserver) ModelCall(string, int, time.Duration, time.Duration) {}
+func (nopObserver) Usage(string, string, wire.Usage, accounting.Money)  {}
+func (nopObserver) RunStarted()                                         {}
+func (nopObserver) RunEnded(string, string)                             {}
+func (nopObserver) Termination(string, string)                          {}
+func (nopObserver) Reservation(string)                                  {}
+func (nopObserver) LoopDetection(string, string)                        {}
+
+// Persister receives every run change, to outlive the process.
+type Persister interface {
+	SaveRun(r *runstate.Run) // the caller holds r.Mu
+}
+
+// Options wire the pipeline.
+type Options struct {
+	Runs     *runstate.Registry
+	Policy   *policy.Engine
+	Catalog  *accounting.Catalog
+	Leases   *accounting.Leases
+	Observer Observer
+	Persist  Persister
+	Logger   *slog.Logger
+	// UpstreamTimeout is the configured bound of one upstream call.
+	UpstreamTimeout time.Duration
+	// Lease is the reservation lease.
+	Lease time.Duration
+	// Now is the clock; tests may replace it.
+	Now func() time.Time
+}
+
+// Pipeline is the core. It is safe for concurrent use.
+type Pipeline struct {
+	opts    Options
+	runs    *runstate.Registry
+	pol     *policy.Engine
+	catalog *accounting.Catalog
+	obs     Observer
+	log     *slog.Logger
+	now     func() time.Time
+
+	// teamLedgers are the org-wide windows, shared by every run of a team.
+	teamMu      sync.Mutex
+	teamLedgers map[string]*accounting.Ledger
+
+	canonMu sync.Mutex
+	canons  map[string]*loopguard.Canonicalizer
+}
+
+// New builds a pipeline.
+func New(o Options) *Pipeline {
+	if o.Observer == nil {
+		o.Observer = nopObserver{}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Runs == nil {
+		o.Runs = runstate.NewRegistry()
+	}
+	if o.Catalog == nil {
+		o.Catalog = accounting.DefaultCatalog()
+	}
+	if o.Leases == nil {
+		o.Leases = &accounting.Leases{}
+	}
+	if o.UpstreamTimeout <= 0 {
+		o.UpstreamTimeout = 10 * time.Minute
+	}
+	if o.Lease <= 0 {
+		o.Lease = 15 * time.Minute
+	}
+	return &Pipeline{
+		opts: o, runs: o.Runs, pol: o.Policy, catalog: o.Catalog, obs: o.Observer,
+		log: o.Logger, now: o.Now,
+		teamLedgers: map[string]*accounting.Ledger{},
+		canons:      map[string]*loopguard.Canonicalizer{},
+	}
+}
+
+// Runs is the run registry.
+func (p *Pipeline) Runs() *runstate.Registry { return p.runs }
+
+// Catalog is the price catalog in force.
+func (p *Pipeline) Catalog() *accounting.Catalog { return p.catalog }
+
+// SweepLeases releases reservations whose calls never came back; call it
+// periodically.
+func (p *Pipeline) SweepLeases() int { return p.opts.Leases.Sweep(p.now()) }
+
+// RunSweeper sweeps leases every interval until ctx ends.
+func (p *Pipeline) RunSweeper(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			p.SweepLeases()
+		}
+	}
+}
+
+func (p *Pipeline) persist(r *runstate.Run) {
+	if p.opts.Persist != nil {
+		p.opts.Persist.SaveRun(r)
+	}
+}
+
+func (p *Pipeline) canonicalizer(keys []string) *loopguard.Canonicalizer {
+	k := ""
+	for _, s := range keys {
+		k += s + "\x00"
+	}
+	p.canonMu.Lock()
+	defer p.canonMu.Unlock()
+	c := p.canons[k]
+	if c == nil {
+		c = loopguard.NewCanonicalizer(keys)
+		p.canons[k] = c
+	}
+	return c
+}

@@ -1,0 +1,47 @@
+package proxy
+
+import (
+	"errors"
+	"net"
+	"syscall"
+	"time"
+)
+
+// watchHangup calls onClose as soon as the client closes its connection,
+// even while nothing is being written: fasthttp's RequestCtx is never
+// cancelled and notices a dead peer only at its next write. It waits for
+// readability on the socket through the runtime's poller and peeks, so no
+// byte of a pipelined next request is consumed. stop ends the watch and
+// must be called before the connection is used again.
+func watchHangup(conn net.Conn, onClose func()) (stop func()) {
+	sc, ok := conn.(syscall.Conn)
+	if !ok {
+		return func() {}
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var b [1]byte
+		_ = rc.Read(func(fd uintptr) bool {
+			n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+			if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EINTR) {
+				return false // nothing yet: park until the socket is readable
+			}
+			if n == 0 || err != nil {
+				onClose() // orderly close (EOF) or reset
+			}
+			return true
+		})
+	}()
+	return func() {
+		// A past deadline wakes the parked read; then the deadline is
+		// cleared for the server's next read on this connection.
+		_ = conn.SetReadDeadline(time.Unix(1, 0))
+		<-done
+		_ = conn.SetReadDeadline(time.Time{})
+	}
+}

@@ -1,0 +1,183 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/haltline/haltline/config"
+	"github.com/haltline/haltline/pipeline"
+	"github.com/haltline/haltline/wire"
+)
+
+// model governs one model call: Begin, forward, relay, Finish.
+func (s *Server) model(ctx *fasthttp.RequestCtx, codec wire.Codec, prov *config.Provider) {
+	principal, ok := s.credential(ctx, prov)
+	if !ok {
+		writeAnswer(ctx, &pipeline.Answer{Status: 401, ContentType: "application/json",
+			Body: codec.ErrorBody(wire.ErrAuthentication, "unknown API key", nil)})
+		return
+	}
+	h := &ctx.Request.Header
+	call := &pipeline.Call{
+		API:         codec.API(),
+		Body:        ctx.PostBody(),
+		RunID:       string(h.Peek("X-Run-Id")),
+		SessionID:   string(h.Peek("X-Session-Id")),
+		AgentID:     string(h.Peek("X-Agent-Id")),
+		ParentRunID: string(h.Peek("X-Parent-Run-Id")),
+		TaskType:    string(h.Peek("X-Task-Type")),
+		RunBudget:   string(h.Peek("X-Run-Budget")),
+		Principal:   principal,
+	}
+	bg := context.Background()
+	t := s.p.Begin(bg, call, codec)
+	if t.Answer != nil {
+		s.p.Finish(bg, t, pipeline.Outcome{})
+		s.p.Headers(t, ctx.Response.Header.Set)
+		writeAnswer(ctx, t.Answer)
+		return
+	}
+
+	// The upstream call lives as long as the run allows (t.Ctx is cancelled
+	// on cancel or termination), the per-call timeout, and the client.
+	callCtx, cancel := context.WithCancel(t.Ctx)
+	stopWatch := watchHangup(ctx.Conn(), cancel)
+	start := time.Now()
+	resp, err := s.send(callCtx, ctx, t, prov)
+	wait := time.Since(start)
+	if err != nil {
+		stopWatch()
+		cancel()
+		s.answerFinish(ctx, t, pipeline.Outcome{Err: err, UpstreamWait: wait})
+		return
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 || !isEventStream(resp.Header) {
+		body, rerr := readBounded(resp.Body, s.o.Limits.MaxResponseBytes)
+		resp.Body.Close()
+		stopWatch()
+		cancel()
+		wait = time.Since(start)
+		if rerr != nil {
+			s.answerFinish(ctx, t, pipeline.Outcome{Err: rerr, UpstreamWait: wait})
+			return
+		}
+		out := pipeline.Outcome{Status: resp.StatusCode, Body: body, UpstreamWait: wait}
+		if a := s.p.Finish(bg, t, out); a != nil {
+			s.p.Headers(t, ctx.Response.Header.Set)
+			writeAnswer(ctx, a)
+			return
+		}
+		copyHeaders(&ctx.Response.Header, resp.Header)
+		s.p.Headers(t, ctx.Response.Header.Set)
+		ctx.SetStatusCode(resp.StatusCode)
+		ctx.SetBody(body)
+		return
+	}
+
+	// A stream: headers now, then every chunk as it arrives.
+	copyHeaders(&ctx.Response.Header, resp.Header)
+	s.p.Headers(t, ctx.Response.Header.Set)
+	ctx.SetStatusCode(resp.StatusCode)
+	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+		defer cancel()
+		out := relay(w, resp.Body, t)
+		resp.Body.Close()
+		stopWatch()
+		out.Status = resp.StatusCode
+		out.UpstreamWait = time.Since(start)
+		s.p.Finish(context.WithoutCancel(callCtx), t, out)
+	})
+}
+
+// relay copies the upstream stream to the client through the tap, flushing
+// every chunk. It stops when either side ends.
+func relay(w *bufio.Writer, body io.Reader, t *pipeline.Turn) pipeline.Outcome {
+	bufp := chunkPool.Get().(*[]byte)
+	defer chunkPool.Put(bufp)
+	buf := *bufp
+	var out pipeline.Outcome
+	out.Streamed = true
+	clientGone := false
+	for {
+		n, err := body.Read(buf)
+		if n > 0 && !clientGone {
+			if fwd := t.Feed(buf[:n]); len(fwd) > 0 {
+				if _, werr := w.Write(fwd); werr != nil {
+					clientGone = true
+				} else if werr = w.Flush(); werr != nil {
+					clientGone = true
+				}
+			}
+		} else if n > 0 {
+			t.Feed(buf[:n]) // keep reading usage on the side until the upstream is cut
+		}
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				out.Err = err
+			}
+			break
+		}
+	}
+	if rest := t.End(); len(rest) > 0 && !clientGone {
+		if _, err := w.Write(rest); err == nil {
+			_ = w.Flush()
+		}
+	}
+	return out
+}
+
+var chunkPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+func (s *Server) answerFinish(ctx *fasthttp.RequestCtx, t *pipeline.Turn, out pipeline.Outcome) {
+	a := s.p.Finish(context.Background(), t, out)
+	s.p.Headers(t, ctx.Response.Header.Set)
+	if a == nil {
+		a = &pipeline.Answer{Status: 502, ContentType: "application/json",
+			Body: codecFor(string(ctx.Path()), false).ErrorBody(wire.ErrBadGateway, "upstream failed", nil)}
+	}
+	writeAnswer(ctx, a)
+}
+
+func isEventStream(h http.Header) bool {
+	return strings.HasPrefix(h.Get("Content-Type"), "text/event-stream")
+}
+
+func readBounded(r io.Reader, limit int64) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return nil, errResponseTooLarge
+	}
+	return b, nil
+}
+
+var errResponseTooLarge = errors.New("upstream response exceeds the gateway's limit")
+
+// hopHeaders are not forwarded in either direction (RFC 9110 §7.6.1), nor
+// the ones the gateway recomputes.
+var hopHeaders = map[string]bool{
+	"Connection": true, "Keep-Alive": true, "Proxy-Authenticate": true, "Proxy-Authorization": true,
+	"Te": true, "Trailer": true, "Transfer-Encoding": true, "Upgrade": true,
+	"Content-Length": true, "Content-Encoding": true,
+}
+
+func copyHeaders(dst *fasthttp.ResponseHeader, src http.Header) {
+	for k, vs := range src {
+		if hopHeaders[k] || strings.HasPrefix(k, "X-Run-") {
+			continue
+		}
+		for _, v := range vs {
+			dst.Add(k, v)
+		}
+	}
+}

@@ -1,0 +1,186 @@
+package proxy
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/haltline/haltline/config"
+	"github.com/haltline/haltline/pipeline"
+	"github.com/haltline/haltline/wire"
+	"github.com/haltline/haltline/wire/anthropic"
+	"github.com/haltline/haltline/wire/openai"
+)
+
+// Options configure the data plane.
+type Options struct {
+	Pipeline    *pipeline.Pipeline
+	OpenAI      config.Provider
+	Anthropic   config.Provider
+	VirtualKeys map[string]config.Principal
+	Limits      config.Limits
+	Logger      *slog.Logger
+	// Client is the upstream client; nil builds one tuned for many
+	// concurrent calls to few hosts.
+	Client *http.Client
+	// Retries bounds upstream retries of timeouts, 5xx, resets and 429.
+	Retries int
+}
+
+// Server is the data plane.
+type Server struct {
+	o      Options
+	p      *pipeline.Pipeline
+	client *http.Client
+	log    *slog.Logger
+	srv    *fasthttp.Server
+}
+
+var (
+	codecChat      wire.Codec = openai.Chat{}
+	codecResponses wire.Codec = openai.Responses{}
+	codecMessages  wire.Codec = anthropic.Messages{}
+)
+
+// New builds the data plane.
+func New(o Options) *Server {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Client == nil {
+		o.Client = &http.Client{Transport: &http.Transport{
+			Proxy:                 nil,
+			DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			MaxIdleConns:          1024,
+			MaxIdleConnsPerHost:   512,
+			IdleConnTimeout:       90 * time.Second,
+			TLSHandshakeTimeout:   10 * time.Second,
+			ResponseHeaderTimeout: 0, // bounded per call by the context
+			ForceAttemptHTTP2:     true,
+		}}
+	}
+	if o.Retries == 0 {
+		o.Retries = 2
+	}
+	s := &Server{o: o, p: o.Pipeline, client: o.Client, log: o.Logger}
+	s.srv = &fasthttp.Server{
+		Handler:               s.Handle,
+		ErrorHandler:          s.handleError,
+		MaxRequestBodySize:    int(o.Limits.MaxBodyBytes),
+		ReadTimeout:           5 * time.Minute, // reading one request, body included
+		WriteTimeout:          0,               // never cut a long stream
+		IdleTimeout:           2 * time.Minute,
+		NoDefaultServerHeader: true,
+		NoDefaultContentType:  true,
+		ReduceMemoryUsage:     false,
+		CloseOnShutdown:       true,
+		Name:                  "haltline",
+	}
+	return s
+}
+
+// Serve accepts connections on ln until Shutdown.
+func (s *Server) Serve(ln net.Listener) error { return s.srv.Serve(ln) }
+
+// Shutdown stops accepting and waits for calls in flight (streams included)
+// until ctx ends.
+func (s *Server) Shutdown(ctx context.Context) error { return s.srv.ShutdownWithContext(ctx) }
+
+// Handle routes one request.
+func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
+	path := string(ctx.Path())
+	post := ctx.IsPost()
+	switch {
+	case post && path == "/v1/chat/completions":
+		s.model(ctx, codecChat, &s.o.OpenAI)
+	case post && path == "/v1/responses":
+		s.model(ctx, codecResponses, &s.o.OpenAI)
+	case post && path == "/v1/messages":
+		s.model(ctx, codecMessages, &s.o.Anthropic)
+	case strings.HasPrefix(path, "/v1/"):
+		s.passThrough(ctx)
+	default:
+		writeAnswer(ctx, &pipeline.Answer{Status: 404, ContentType: "application/json",
+			Body: codecChat.ErrorBody(wire.ErrNotFound, "no route for "+sanitize(path), nil)})
+	}
+}
+
+// handleError renders fasthttp's own refusals (body too large, malformed
+// HTTP) in the provider format the path implies.
+func (s *Server) handleError(ctx *fasthttp.RequestCtx, err error) {
+	codec := codecFor(string(ctx.Path()), ctx.Request.Header.Peek("anthropic-version") != nil)
+	kind := wire.ErrInvalidRequest
+	msg := "malformed request"
+	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
+		kind, msg = wire.ErrTooLarge, "request body exceeds the gateway's limit"
+	}
+	ctx.Response.Reset()
+	writeAnswer(ctx, &pipeline.Answer{Status: kind.Status(), ContentType: "application/json", Body: codec.ErrorBody(kind, msg, nil)})
+	ctx.SetConnectionClose()
+}
+
+func codecFor(path string, anthropicHeader bool) wire.Codec {
+	if path == "/v1/messages" || strings.HasPrefix(path, "/v1/messages/") || anthropicHeader {
+		return codecMessages
+	}
+	if path == "/v1/responses" {
+		return codecResponses
+	}
+	return codecChat
+}
+
+// credential resolves the agent's key: a virtual key names the principal
+// and is never forwarded; without gateway-held keys the agent's own key
+// passes through and names the tenant by its hash.
+func (s *Server) credential(ctx *fasthttp.RequestCtx, prov *config.Provider) (pipeline.Principal, bool) {
+	key := agentKey(&ctx.Request.Header)
+	if len(s.o.VirtualKeys) > 0 {
+		vk, ok := s.o.VirtualKeys[key]
+		if !ok {
+			return pipeline.Principal{}, false
+		}
+		return pipeline.Principal{Tenant: vk.Tenant, Team: vk.Team, User: vk.User, KeyID: keyID(key)}, true
+	}
+	if key == "" {
+		return pipeline.Principal{Tenant: "anonymous"}, true
+	}
+	id := keyID(key)
+	return pipeline.Principal{Tenant: "key-" + id, KeyID: id}, true
+}
+
+func agentKey(h *fasthttp.RequestHeader) string {
+	if v := h.Peek("Authorization"); len(v) > 7 && strings.EqualFold(string(v[:7]), "bearer ") {
+		return strings.TrimSpace(string(v[7:]))
+	}
+	return strings.TrimSpace(string(h.Peek("x-api-key")))
+}
+
+// keyID names a key without revealing it.
+func keyID(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:6])
+}
+
+func sanitize(s string) string {
+	if len(s) > 200 {
+		s = s[:200]
+	}
+	return strings.ToValidUTF8(s, "?")
+}
+
+func writeAnswer(ctx *fasthttp.RequestCtx, a *pipeline.Answer) {
+	ctx.SetStatusCode(a.Status)
+	ctx.SetContentType(a.ContentType)
+	if a.NoRetry {
+		ctx.Response.Header.Set("x-should-retry", "false")
+	}
+	ctx.SetBody(a.Body)
+}

@@ -1,0 +1,34 @@
+package runstate
+
+// Event types.
+const (
+	EventTransition  = "transition"
+	EventModelCall   = "model_call"
+	EventToolCall    = "tool_call"
+	EventTermination = "termination"
+	EventShadow      = "shadow"
+	EventResumed     = "resumed"
+	EventWrapUp      = "wrap_up"
+)
+
+// Event is one entry of a run's timeline. ElapsedMs is monotonic from the
+// run's first call; At is wall time for people.
+type Event struct {
+	Seq       int64  `json:"seq"`
+	At        string `json:"at"`
+	ElapsedMs int64  `json:"elapsed_ms"`
+	Type      string `json:"type"`
+	From      State  `json:"from,omitempty"`
+	To        State  `json:"to,omitempty"`
+	Step      int64  `json:"step"`
+	Detail    string `json:"detail,omitempty"`
+	// Model call facts.
+	Model        string  `json:"model,omitempty"`
+	InputTokens  int64   `json:"input_tokens,omitempty"`
+	OutputTokens int64   `json:"output_tokens,omitempty"`
+	CostUSD      float64 `json:"cost_usd,omitempty"`
+	Status       int     `json:"status,omitempty"`
+	// Tool call facts (arguments only as a hash).
+	Tool          string `json:"tool,omitempty"`
+	ArgumentsHash string `json:"arguments_hash,omitempty"`
+}

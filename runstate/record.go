@@ -1,0 +1,90 @@
+package runstate
+
+import (
+	"math"
+	"time"
+)
+
+// Record is the termination record of DESIGN §5, served by the control plane.
+type Record struct {
+	Identity
+	Status                 State       `json:"status"`
+	Reason                 string      `json:"reason,omitempty"`
+	Detail                 string      `json:"detail,omitempty"`
+	Detector               string      `json:"detector,omitempty"`
+	Evidence               []string    `json:"evidence,omitempty"`
+	TerminatedAtStep       int64       `json:"terminated_at_step,omitempty"`
+	AgentSteps             int64       `json:"agent_steps"`
+	MaxSteps               int64       `json:"max_steps"`
+	ModelCalls             int64       `json:"model_calls"`
+	ToolCalls              int64       `json:"tool_calls"`
+	ToolAttempts           int64       `json:"tool_attempts"`
+	InputTokens            int64       `json:"input_tokens"`
+	OutputTokens           int64       `json:"output_tokens"`
+	ReasoningTokens        int64       `json:"reasoning_tokens"`
+	CachedTokens           int64       `json:"cached_tokens"`
+	CacheWriteTokens       int64       `json:"cache_write_tokens"`
+	TotalTokens            int64       `json:"total_tokens"`
+	EstimatedCostUSD       float64     `json:"estimated_cost_usd"`
+	ActualCostUSD          float64     `json:"actual_cost_usd"`
+	ActualCostPicoUSD      int64       `json:"actual_cost_pico_usd"`
+	DeadlineMs             int64       `json:"deadline_ms"`
+	ElapsedMs              int64       `json:"elapsed_ms"`
+	LoopDetectorHits       int64       `json:"loop_detector_hits"`
+	LastAction             *Action     `json:"last_action"`
+	Recoverable            bool        `json:"recoverable"`
+	PartialResultAvailable bool        `json:"partial_result_available"`
+	ResumeToken            string      `json:"resume_token,omitempty"`
+	WouldTerminate         []ShadowHit `json:"would_terminate,omitempty"`
+	Created                string      `json:"created"`
+	Ended                  string      `json:"ended,omitempty"`
+}
+
+// picoToUSD converts pico-USD to dollars for display only; ledgers stay in
+// integers.
+func picoToUSD(p int64) float64 { return math.Round(float64(p)/1e6) / 1e6 }
+
+// Snapshot builds the run's record. The caller holds Mu.
+func (r *Run) Snapshot(now time.Time) Record {
+	c := r.Counters
+	rec := Record{
+		Identity:               r.Identity,
+		Status:                 r.State,
+		AgentSteps:             c.AgentSteps,
+		MaxSteps:               r.MaxSteps,
+		ModelCalls:             c.ModelCalls,
+		ToolCalls:              c.ToolCalls,
+		ToolAttempts:           c.ToolAttempts,
+		InputTokens:            c.InputTokens,
+		OutputTokens:           c.OutputTokens,
+		ReasoningTokens:        c.ReasoningTokens,
+		CachedTokens:           c.CachedTokens,
+		CacheWriteTokens:       c.CacheWriteTokens,
+		TotalTokens:            c.InputTokens + c.OutputTokens,
+		EstimatedCostUSD:       picoToUSD(c.EstimatedCost),
+		ActualCostUSD:          picoToUSD(c.ActualCost),
+		ActualCostPicoUSD:      c.ActualCost,
+		DeadlineMs:             r.DeadlineMs,
+		ElapsedMs:              r.Elapsed(now).Milliseconds(),
+		LoopDetectorHits:       c.LoopHits,
+		LastAction:             r.LastAction,
+		PartialResultAvailable: r.Partial != "",
+		WouldTerminate:         r.WouldTerminate,
+		Created:                r.Created.UTC().Format(time.RFC3339Nano),
+	}
+	if r.State.Final() {
+		rec.Ended = r.Ended.UTC().Format(time.RFC3339Nano)
+	}
+	if t := r.Termination; t != nil {
+		rec.Reason = t.Reason
+		rec.Detail = t.Detail
+		rec.Detector = t.Detector
+		rec.Evidence = t.Evidence
+		rec.TerminatedAtStep = t.Step
+		rec.Recoverable = Recoverable(t.Reason)
+		rec.ResumeToken = t.ResumeToken
+	} else if r.State == Completed {
+		rec.Reason = ReasonCompleted
+	}
+	return rec
+}

@@ -1,0 +1,157 @@
+package runstate
+
+import (
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/zeebo/xxh3"
+)
+
+// shards spread the run and lineage maps so that no global lock sits on the
+// request path.
+const shards = 64
+
+type shard struct {
+	mu      sync.RWMutex
+	runs    map[string]*Run
+	lineage map[string]string // lineage key → run id
+}
+
+// Registry holds the live runs and the lineage index.
+type Registry struct {
+	sh [shards]shard
+	// Clock is the registry's time source; tests may replace it.
+	Clock func() time.Time
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry {
+	g := &Registry{Clock: time.Now}
+	for i := range g.sh {
+		g.sh[i].runs = map[string]*Run{}
+		g.sh[i].lineage = map[string]string{}
+	}
+	return g
+}
+
+func (g *Registry) shardOf(key string) *shard {
+	return &g.sh[xxh3.HashString(key)%shards]
+}
+
+// Get returns a run by id.
+func (g *Registry) Get(id string) *Run {
+	s := g.shardOf(id)
+	s.mu.RLock()
+	r := s.runs[id]
+	s.mu.RUnlock()
+	return r
+}
+
+// GetOrCreate returns the run with id, creating it from ident when absent.
+func (g *Registry) GetOrCreate(ident Identity) (r *Run, created bool) {
+	s := g.shardOf(ident.ID)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r = s.runs[ident.ID]; r != nil {
+		return r, false
+	}
+	r = newRun(ident, g.Clock())
+	s.runs[ident.ID] = r
+	return r, true
+}
+
+// Put adds a run as it is (restored from the store).
+func (g *Registry) Put(r *Run) {
+	s := g.shardOf(r.ID)
+	s.mu.Lock()
+	s.runs[r.ID] = r
+	s.mu.Unlock()
+}
+
+// Lineage key kinds: what a later request can echo back.
+const (
+	KeyToolCall = "tc:"   // a tool-call id of a model response
+	KeyText     = "tx:"   // the hash of an assistant answer's text
+	KeyResponse = "resp:" // a Responses API response id
+)
+
+// Index maps a lineage key to a run.
+func (g *Registry) Index(key, runID string) {
+	s := g.shardOf(key)
+	s.mu.Lock()
+	s.lineage[key] = runID
+	s.mu.Unlock()
+}
+
+// Lookup returns the run a lineage key points to.
+func (g *Registry) Lookup(key string) *Run {
+	s := g.shardOf(key)
+	s.mu.RLock()
+	id, ok := s.lineage[key]
+	s.mu.RUnlock()
+	if !ok {
+		return nil
+	}
+	return g.Get(id)
+}
+
+// Filter selects runs in List.
+type Filter struct {
+	Status string
+	Reason string
+	Tenant string
+	Since  time.Time
+	Limit  int
+}
+
+// List returns the records of the runs that match f, newest first.
+func (g *Registry) List(f Filter) []Record {
+	now := g.Clock()
+	var out []Record
+	for i := range g.sh {
+		s := &g.sh[i]
+		s.mu.RLock()
+		runs := make([]*Run, 0, len(s.runs))
+		for _, r := range s.runs {
+			runs = append(runs, r)
+		}
+		s.mu.RUnlock()
+		for _, r := range runs {
+			r.Mu.Lock()
+			ok := (f.Status == "" || string(r.State) == f.Status) &&
+				(f.Tenant == "" || r.Tenant == f.Tenant) &&
+				(f.Since.IsZero() || !r.Created.Before(f.Since))
+			var rec Record
+			if ok {
+				rec = r.Snapshot(now)
+				ok = f.Reason == "" || rec.Reason == f.Reason
+			}
+			r.Mu.Unlock()
+			if ok {
+				out = append(out, rec)
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Created > out[j].Created })
+	if f.Limit > 0 && len(out) > f.Limit {
+		out = out[:f.Limit]
+	}
+	return out
+}
+
+// Count returns the number of runs by state.
+func (g *Registry) Count() map[State]int {
+	m := map[State]int{}
+	for i := range g.sh {
+		s := &g.sh[i]
+		s.mu.RLock()
+		for _, r := range s.runs {
+			r.Mu.Lock()
+			m[r.State]++
+			r.Mu.Unlock()
+		}
+		s.mu.RUnlock()
+	}
+	return m
+}
