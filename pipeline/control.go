@@ -29,6 +29,7 @@ func (p *Pipeline) Cancel(id string) (runstate.Record, error) {
 		return r.Snapshot(now), ErrAlreadyEnded
 	}
 	p.terminate(r, govOf(r), runstate.Termination{Reason: runstate.ReasonCancelled, Detail: "cancelled through the control plane"}, runstate.Cancelled, now)
+	r.CancelInflight()
 	p.persist(r)
 	return r.Snapshot(now), nil
 }

@@ -24,9 +24,10 @@ func (p *Pipeline) Finish(ctx context.Context, t *Turn, out Outcome) *Answer {
 	}
 	t.finished = true
 	now := p.now()
-	p.obs.ModelCall(t.Req.API.String(), answerStatus(t, out), now.Sub(t.started), out.UpstreamWait)
 	if t.run == nil || t.res == nil {
-		return nil // parse error, or answered by the gateway: nothing reserved
+		// Parse error, or answered by the gateway: nothing reserved.
+		p.obs.ModelCall(t.Req.API.String(), answerStatus(t, nil, out), now.Sub(t.started), out.UpstreamWait)
+		return nil
 	}
 	if t.cancel != nil {
 		t.cancel()
@@ -39,11 +40,16 @@ func (p *Pipeline) Finish(ctx context.Context, t *Turn, out Outcome) *Answer {
 	if t.unreg != nil {
 		t.unreg()
 	}
+	p.obs.ModelCall(t.Req.API.String(), answerStatus(t, answer, out), p.now().Sub(t.started), out.UpstreamWait)
 	return answer
 }
 
-func answerStatus(t *Turn, out Outcome) int {
-	if t.Answer != nil {
+// answerStatus is the status the agent received.
+func answerStatus(t *Turn, replaced *Answer, out Outcome) int {
+	switch {
+	case replaced != nil:
+		return replaced.Status
+	case t.Answer != nil:
 		return t.Answer.Status
 	}
 	return out.Status

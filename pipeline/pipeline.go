@@ -88,6 +88,7 @@ func New(o Options) *Pipeline {
 	}
 	if o.Runs == nil {
 		o.Runs = runstate.NewRegistry()
+		o.Runs.Clock = o.Now // one clock for run ages and deadlines
 	}
 	if o.Catalog == nil {
 		o.Catalog = accounting.DefaultCatalog()

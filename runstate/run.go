@@ -175,7 +175,8 @@ func (r *Run) Terminate(s State, t Termination, now time.Time) bool {
 	}
 	r.Termination = &t
 	r.Transition(s, now, t.Reason)
-	r.cancelInflight()
+	// Calls already admitted keep their reservations and finish: only an
+	// operator's cancel cuts them (CancelInflight).
 	return true
 }
 
@@ -195,7 +196,8 @@ func (r *Run) AddCancel(cancel func()) (remove func()) {
 	}
 }
 
-func (r *Run) cancelInflight() {
+// CancelInflight cancels every call in flight (operator cancel).
+func (r *Run) CancelInflight() {
 	for k, c := range r.cancels {
 		c()
 		delete(r.cancels, k)

@@ -1,0 +1,114 @@
+package pipeline_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/haltline/haltline/accounting"
+	"github.com/haltline/haltline/pipeline"
+	"github.com/haltline/haltline/policy"
+	"github.com/haltline/haltline/runstate"
+	"github.com/haltline/haltline/wire/openai"
+)
+
+func newPipeline(t testing.TB, now func() time.Time, lease time.Duration) *pipeline.Pipeline {
+	t.Helper()
+	pol, err := policy.New(context.Background(), policy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pipeline.New(pipeline.Options{Policy: pol, Now: now, Lease: lease})
+}
+
+// chatBody builds a chat request of about size bytes: a task and a history
+// of tool calls with long results, as agents send.
+func chatBody(size int) []byte {
+	var b strings.Builder
+	b.WriteString(`{"model":"gpt-4o-mini","max_completion_tokens":500,"messages":[{"role":"system","content":"You are an agent."},{"role":"user","content":"Do the task."}`)
+	for i := 0; b.Len() < size-400; i++ {
+		fmt.Fprintf(&b, `,{"role":"assistant","content":null,"tool_calls":[{"id":"call_%d","type":"function","function":{"name":"read","arguments":"{\"page\":%d}"}}]}`, i, i)
+		fmt.Fprintf(&b, `,{"role":"tool","tool_call_id":"call_%d","content":%q}`, i, strings.Repeat("lorem ipsum ", 80))
+	}
+	b.WriteString(`],"tools":[{"type":"function","function":{"name":"read","parameters":{"type":"object"}}}]}`)
+	return []byte(b.String())
+}
+
+const finalResponse = `{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":"Done."},"finish_reason":"stop"}],"usage":{"prompt_tokens":1000,"completion_tokens":20,"total_tokens":1020}}`
+
+// A reservation whose call never comes back is released by its lease, so the
+// run's budget is whole again.
+func TestLeaseReleasesAbandonedReservation(t *testing.T) {
+	t.Parallel()
+	clock := time.Unix(1_800_000_000, 0)
+	now := func() time.Time { return clock }
+	p := newPipeline(t, now, time.Minute)
+	call := &pipeline.Call{Body: chatBody(2000), RunID: "r-lease", RunBudget: "max_cost_usd=1"}
+	turn := p.Begin(context.Background(), call, openai.Chat{})
+	if turn.Answer != nil {
+		t.Fatalf("refused: %s", turn.Answer.Body)
+	}
+	// The front end crashed: no Finish. The lease runs out.
+	clock = clock.Add(2 * time.Minute)
+	if n := p.SweepLeases(); n != 1 {
+		t.Fatalf("swept %d reservations", n)
+	}
+	var hdr string
+	p.Headers(turn, func(k, v string) {
+		if k == pipeline.HeaderBudgetRemaining {
+			hdr = v
+		}
+	})
+	if !strings.Contains(hdr, "cost_usd=1;") && !strings.Contains(hdr, "cost_usd=1") {
+		t.Fatalf("budget not whole again: %q", hdr)
+	}
+	// A late Finish books nothing twice and does not panic.
+	p.Finish(context.Background(), turn, pipeline.Outcome{Status: 200, Body: []byte(finalResponse)})
+	rec := p.Runs().Get("r-lease")
+	rec.Mu.Lock()
+	defer rec.Mu.Unlock()
+	if rec.State != runstate.Completed || rec.Counters.InputTokens != 1000 {
+		t.Fatalf("state %s tokens %d", rec.State, rec.Counters.InputTokens)
+	}
+}
+
+// BenchmarkModelCall is the whole per-call path without network: parse,
+// identify, admit (policy, reserve), rewrite, then settle and record from a
+// non-streamed response.
+func BenchmarkModelCall(b *testing.B) {
+	for _, size := range []int{2 << 10, 200 << 10} {
+		b.Run(fmt.Sprintf("body=%dKB", size>>10), func(b *testing.B) {
+			p := newPipeline(b, nil, 0)
+			body := chatBody(size)
+			resp := []byte(finalResponse)
+			ctx := context.Background()
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				i++
+				call := &pipeline.Call{Body: body, RunID: fmt.Sprintf("r-%d", i%64)}
+				t := p.Begin(ctx, call, openai.Chat{})
+				p.Finish(ctx, t, pipeline.Outcome{Status: 200, Body: resp})
+			}
+		})
+	}
+}
+
+// BenchmarkAdmitSettle isolates admission and settlement on a run that
+// already exists (policy asked once per run; per call: model decision,
+// reserve, settle).
+func BenchmarkAdmitSettle(b *testing.B) {
+	p := newPipeline(b, nil, 0)
+	body := []byte(`{"model":"gpt-4o-mini","max_completion_tokens":100,"messages":[{"role":"user","content":"hi"}]}`)
+	resp := []byte(finalResponse)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		t := p.Begin(ctx, &pipeline.Call{Body: body, RunID: "r-bench", RunBudget: "max_cost_usd=1000000,max_steps=1000000000"}, openai.Chat{})
+		p.Finish(ctx, t, pipeline.Outcome{Status: 200, Body: resp})
+	}
+	_ = accounting.Money(0)
+}

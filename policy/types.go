@@ -1,0 +1,246 @@
+package policy
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Principal is who the credential says is calling; never from headers.
+type Principal struct {
+	Tenant string `json:"tenant"`
+	Team   string `json:"team"`
+	User   string `json:"user"`
+	KeyID  string `json:"key_id"`
+}
+
+// RunInfo is the run as the state machine knows it when a question is asked.
+type RunInfo struct {
+	ID            string  `json:"id"`
+	SessionID     string  `json:"session_id"`
+	ParentID      string  `json:"parent_id"`
+	AgentID       string  `json:"agent_id"`
+	TaskType      string  `json:"task_type"`
+	State         string  `json:"state"`
+	ExpectedSteps int64   `json:"expected_steps"`
+	Steps         int64   `json:"steps"`
+	ModelCalls    int64   `json:"model_calls"`
+	ToolCalls     int64   `json:"tool_calls"`
+	InputTokens   int64   `json:"input_tokens"`
+	OutputTokens  int64   `json:"output_tokens"`
+	ElapsedMs     int64   `json:"elapsed_ms"`
+	CostUSD       float64 `json:"cost_usd"`
+}
+
+// RunInput is the input of the per-run questions (budget, loop,
+// termination) and the common part of the per-call ones. Headers is the
+// allow-listed set of request headers, keys in lower case.
+type RunInput struct {
+	Principal Principal         `json:"principal"`
+	Run       RunInfo           `json:"run"`
+	Headers   map[string]string `json:"headers,omitempty"`
+}
+
+// Limits is the budget vector and the soft lines of a run. A zero limit
+// means no limit.
+type Limits struct {
+	MaxSteps        int64            `json:"max_steps,omitempty"`
+	DeadlineMs      int64            `json:"deadline_ms,omitempty"`
+	MaxTokens       int64            `json:"max_tokens,omitempty"`
+	MaxInputTokens  int64            `json:"max_input_tokens,omitempty"`
+	MaxOutputTokens int64            `json:"max_output_tokens,omitempty"`
+	MaxToolCalls    int64            `json:"max_tool_calls,omitempty"`
+	MaxCostUSD      float64          `json:"max_cost_usd,omitempty"`
+	ToolQuotas      map[string]int64 `json:"tool_quotas,omitempty"`
+
+	// SoftCompress and SoftWrapUp are fractions of each budget at which the
+	// context is compressed harder and the run is wrapped up.
+	SoftCompress float64 `json:"soft_compress,omitempty"`
+	SoftWrapUp   float64 `json:"soft_wrapup,omitempty"`
+	// FinalReserve is the fraction of each budget kept for the wrap-up.
+	FinalReserve float64 `json:"final_reserve,omitempty"`
+	// PausedTime is "flow" (paused time counts against the deadline) or
+	// "freeze".
+	PausedTime string `json:"paused_time,omitempty"`
+	// DefaultMaxOutputTokens is the worst case reserved for a call that
+	// does not state its max output.
+	DefaultMaxOutputTokens int64 `json:"default_max_output_tokens,omitempty"`
+}
+
+// Paused time modes.
+const (
+	PausedFlow   = "flow"
+	PausedFreeze = "freeze"
+)
+
+// DefaultLimits is the answer when policy sets no budget (DESIGN §8):
+// generous, never in the way of a healthy run.
+func DefaultLimits() Limits {
+	return Limits{
+		MaxSteps:               100,
+		DeadlineMs:             30 * 60 * 1000,
+		SoftCompress:           0.7,
+		SoftWrapUp:             0.9,
+		FinalReserve:           0.1,
+		PausedTime:             PausedFlow,
+		DefaultMaxOutputTokens: 4096,
+	}
+}
+
+// ModelInfo describes the model call being admitted.
+type ModelInfo struct {
+	Name     string `json:"name"`
+	Provider string `json:"provider"`
+	Stream   bool   `json:"stream"`
+	// MaxOutputTokens is what the request asked for; 0 when it did not say.
+	MaxOutputTokens int64 `json:"max_output_tokens"`
+}
+
+// ModelInput is the input of the model question.
+type ModelInput struct {
+	RunInput
+	Model ModelInfo `json:"model"`
+}
+
+// ModelDecision answers the model question. The call is refused when Deny
+// is not empty.
+type ModelDecision struct {
+	// Deny holds the reasons, sorted; empty means the call may go.
+	Deny []string
+	// MaxOutputTokens caps the requested output; 0 means no cap.
+	MaxOutputTokens int64
+	// Allowed is the allow-list of models in force, nil when there is none.
+	Allowed []string
+}
+
+// Allow reports whether no rule denied the call.
+func (d ModelDecision) Allow() bool { return len(d.Deny) == 0 }
+
+// ToolInfo describes the tool call being admitted. Arguments reach the
+// policy only when a loaded policy reads input.tool.arguments; they never
+// reach the decision log.
+type ToolInfo struct {
+	Name   string `json:"name"`
+	Server string `json:"server"`
+	// Level is the level the caller resolved from its registry, if any.
+	Level string `json:"level"`
+	// Hints are MCP tool annotations (readOnlyHint, destructiveHint, …).
+	Hints       map[string]bool `json:"hints,omitempty"`
+	Arguments   json.RawMessage `json:"arguments,omitempty"`
+	Fingerprint string          `json:"fingerprint"`
+}
+
+// ToolInput is the input of the tool question.
+type ToolInput struct {
+	RunInput
+	Tool ToolInfo `json:"tool"`
+}
+
+// Danger levels (DESIGN §6).
+const (
+	LevelReadOnly     = "L0"
+	LevelReversible   = "L1"
+	LevelIrreversible = "L2"
+)
+
+// ToolDecision answers the tool question.
+type ToolDecision struct {
+	Allow    bool
+	Approval bool
+	Level    string
+	Reason   string
+}
+
+// LoopThresholds configures the loop and stall detectors of a run.
+type LoopThresholds struct {
+	SameInRow      int
+	Window         int
+	WindowRepeats  int
+	MaxCyclePeriod int
+	StallSteps     int
+	// VolatileKeys are argument keys removed before fingerprinting, sorted.
+	VolatileKeys []string
+}
+
+// DefaultLoopThresholds is the answer when policy sets none (DESIGN §8).
+func DefaultLoopThresholds() LoopThresholds {
+	return LoopThresholds{
+		SameInRow:      3,
+		Window:         6,
+		WindowRepeats:  3,
+		MaxCyclePeriod: 3,
+		StallSteps:     3,
+		VolatileKeys:   DefaultVolatileKeys(),
+	}
+}
+
+// DefaultVolatileKeys is the Go-side list used when policy gives none; the
+// embedded haltline.loop holds the same list.
+func DefaultVolatileKeys() []string {
+	return []string{
+		"correlationId", "correlation_id", "created_at", "cursor_ts", "date",
+		"datetime", "idempotencyKey", "idempotency_key", "nonce", "requestId",
+		"request_id", "session_token", "spanId", "span_id", "time", "timestamp",
+		"traceId", "trace_id", "ts", "updated_at", "uuid",
+	}
+}
+
+// Termination modes (DESIGN §5).
+const (
+	ModeFinalize = "finalize"
+	ModeReject   = "reject"
+)
+
+// Enforcement modes of a termination line.
+const (
+	Enforce = "enforce"
+	Shadow  = "shadow"
+)
+
+// TerminationAnswer says how a run ends and which lines only observe.
+type TerminationAnswer struct {
+	Mode string
+	// Enforcement maps a line (termination reason) to Enforce or Shadow; a
+	// line not listed is enforced.
+	Enforcement map[string]string
+}
+
+// EnforcementOf returns the mode of one line, Enforce unless listed.
+func (a TerminationAnswer) EnforcementOf(line string) string {
+	if m, ok := a.Enforcement[line]; ok {
+		return m
+	}
+	return Enforce
+}
+
+// TeamWindow is an org-wide budget window of a team, from
+// data.haltline.teams.<team>.<window> (e.g. teams.red.daily.max_cost_usd).
+type TeamWindow struct {
+	Team   string
+	Name   string
+	Period time.Duration
+	Limits Limits
+}
+
+// Decision is one entry of the decision log. It never carries tool
+// arguments, only their fingerprint.
+type Decision struct {
+	// Package is the Rego package asked, e.g. "haltline.tool".
+	Package string
+	RunID   string
+	Tenant  string
+	Team    string
+	// Subject is the model name or the tool (server/name), if any.
+	Subject string
+	// Fingerprint is the tool arguments' fingerprint (or a hash of them).
+	Fingerprint string
+	// Summary is a short rendering of the answer, e.g. "allow level=L1".
+	Summary string
+	// Err is the evaluation error, if any; the caller refuses the call.
+	Err error
+	// Constant is true when the answer was known without evaluating,
+	// because the loaded package gives the same answer for any input.
+	Constant bool
+	Duration time.Duration
+	// Version is the policy set version that answered.
+	Version uint64
+}
