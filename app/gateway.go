@@ -15,9 +15,11 @@ import (
 	"github.com/haltline/haltline/accounting"
 	"github.com/haltline/haltline/admin"
 	"github.com/haltline/haltline/config"
+	"github.com/haltline/haltline/extproc"
 	"github.com/haltline/haltline/pipeline"
 	"github.com/haltline/haltline/policy"
 	"github.com/haltline/haltline/proxy"
+	"github.com/haltline/haltline/store"
 	"github.com/haltline/haltline/telemetry"
 )
 
@@ -25,11 +27,14 @@ import (
 type Gateway struct {
 	DataAddr  string
 	AdminAddr string
+	// ExtProcAddr is the Envoy ext_proc gRPC address; "" when off.
+	ExtProcAddr string
 	Pipeline  *pipeline.Pipeline
 	Policy    *policy.Engine
 	Registry  *prometheus.Registry
 
 	data   *proxy.Server
+	store  store.Store
 	admin  *http.Server
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -74,51 +79,84 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Gateway, 
 	if cfg.PolicyDir != "" {
 		go pol.Watch(bg, 2*time.Second)
 	}
+	st, err := store.OpenBolt(cfg.Store.DataDir)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := telemetry.New(reg)
 	p := pipeline.New(pipeline.Options{
-		Policy: pol, Catalog: catalog, Observer: metrics, Logger: log,
+		Policy: pol, Catalog: catalog, Observer: metrics, Logger: log, Store: st,
 		UpstreamTimeout: cfg.Limits.UpstreamTimeout, Lease: cfg.Limits.ReservationLease,
 	})
+	restored, err := p.Restore(bg)
+	if err != nil {
+		st.Close()
+		cancel()
+		return nil, fmt.Errorf("restore from %s: %w", cfg.Store.DataDir, err)
+	}
 	go p.RunSweeper(bg, 5*time.Second)
 
-	g := &Gateway{Pipeline: p, Policy: pol, Registry: reg, cancel: cancel, done: make(chan struct{})}
+	g := &Gateway{Pipeline: p, Policy: pol, Registry: reg, cancel: cancel, done: make(chan struct{}), store: st}
 	g.data = proxy.New(proxy.Options{
 		Pipeline: p, OpenAI: cfg.Providers.OpenAI, Anthropic: cfg.Providers.Anthropic,
 		VirtualKeys: cfg.VirtualKeys, Limits: cfg.Limits, Logger: log,
 	})
 	dl, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
+		st.Close()
 		cancel()
 		return nil, fmt.Errorf("listen: %w", err)
 	}
 	al, err := net.Listen("tcp", cfg.Admin.Listen)
 	if err != nil {
 		dl.Close()
+		st.Close()
 		cancel()
 		return nil, fmt.Errorf("admin listen: %w", err)
+	}
+	var el net.Listener
+	if cfg.ExtProcListen != "" {
+		if el, err = net.Listen("tcp", cfg.ExtProcListen); err != nil {
+			dl.Close()
+			al.Close()
+			cancel()
+			return nil, fmt.Errorf("extproc listen: %w", err)
+		}
+		// Same providers, keys and limits as the proxy: one behaviour.
+		g.extproc = extproc.New(extproc.Options{
+			Pipeline: p, OpenAI: cfg.Providers.OpenAI, Anthropic: cfg.Providers.Anthropic,
+			Credentials: proxy.Credentials(cfg.VirtualKeys), Limits: cfg.Limits, Logger: log,
+		})
+		g.ExtProcAddr = el.Addr().String()
 	}
 	g.DataAddr, g.AdminAddr = dl.Addr().String(), al.Addr().String()
 	g.admin = &http.Server{
 		Handler: admin.Handler(admin.Options{Pipeline: p, Gatherer: reg, Token: cfg.Admin.Token, Logger: log,
-			Ready: func() error { return nil }}),
+			Ready: st.Healthy}),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      60 * time.Second,
 	}
 	go func() {
 		defer close(g.done)
-		errc := make(chan error, 2)
+		n := 2
+		errc := make(chan error, 3)
 		go func() { errc <- g.data.Serve(dl) }()
 		go func() { errc <- g.admin.Serve(al) }()
-		for range 2 {
+		if g.extproc != nil {
+			n++
+			go func() { errc <- g.extproc.Serve(el) }()
+		}
+		for range n {
 			if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("listener stopped", "err", err)
 			}
 		}
 	}()
-	log.Info("gateway started", "listen", g.DataAddr, "admin", g.AdminAddr,
+	log.Info("gateway started", "listen", g.DataAddr, "admin", g.AdminAddr, "extproc", g.ExtProcAddr, "restored_runs", restored,
 		"openai", cfg.Providers.OpenAI.BaseURL, "anthropic", cfg.Providers.Anthropic.BaseURL)
 	return g, nil
 }
@@ -126,12 +164,15 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Gateway, 
 // Close drains calls in flight until ctx ends, then stops.
 func (g *Gateway) Close(ctx context.Context) error {
 	err := errors.Join(g.data.Shutdown(ctx), g.admin.Shutdown(ctx))
+	if g.extproc != nil {
+		err = errors.Join(err, g.extproc.Shutdown(ctx))
+	}
 	g.cancel()
 	select {
 	case <-g.done:
 	case <-ctx.Done():
 	}
-	return err
+	return errors.Join(err, g.store.Close())
 }
 
 // registryData is the tool registry declared in config, for

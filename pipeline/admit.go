@@ -209,7 +209,7 @@ func (p *Pipeline) reserve(t *Turn, g *governance, maxOut int64, remaining time.
 		if short == nil {
 			p.obs.Reservation("ok")
 			t.res, t.reserved = res, want
-			p.opts.Leases.Track(res)
+			p.trackReservation(t, g, res)
 			return false
 		}
 		wrapLine = shortfallLine(short)
@@ -233,7 +233,7 @@ func (p *Pipeline) reserve(t *Turn, g *governance, maxOut int64, remaining time.
 		return p.end(t, g, runstate.Termination{Reason: shortfallLine(short), Detail: "no budget left even for a wrap-up"}, now)
 	}
 	p.obs.Reservation("wrap_up")
-	p.opts.Leases.Track(res)
+	p.trackReservation(t, g, res)
 	t.res, t.reserved = res, want
 	t.wrapUp, t.wrapLine = true, wrapLine
 	t.wrapOut = out
@@ -287,6 +287,7 @@ func (p *Pipeline) forward(t *Turn, g *governance, now time.Time) {
 	}
 	if err != nil {
 		t.res.Release()
+		p.closeReservation(t, g)
 		t.res = nil
 		t.Answer = errorAnswer(t.codec, wire.ErrInvalidRequest, "cannot prepare request: "+err.Error(), nil)
 		return

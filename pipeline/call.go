@@ -75,6 +75,7 @@ type Turn struct {
 	// request's tool results, applied in admission order.
 	pendingEnd *runstate.Termination
 	res        *accounting.Reservation
+	resKey     []byte // the reservation's key in the store
 	reserved   accounting.Vector
 	price      accounting.Price
 	priced     bool
@@ -91,6 +92,10 @@ func (t *Turn) Feed(chunk []byte) []byte {
 	}
 	return t.tap.Feed(chunk)
 }
+
+// Done reports that the stream's terminal event has been read: the front
+// end settles (Finish) before it relays those bytes.
+func (t *Turn) Done() bool { return t.tap != nil && t.tap.Done() }
 
 // End returns what the tap still holds at the end of the stream.
 func (t *Turn) End() []byte {

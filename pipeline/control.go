@@ -30,7 +30,7 @@ func (p *Pipeline) Cancel(id string) (runstate.Record, error) {
 	}
 	p.terminate(r, govOf(r), runstate.Termination{Reason: runstate.ReasonCancelled, Detail: "cancelled through the control plane"}, runstate.Cancelled, now)
 	r.CancelInflight()
-	p.persist(r)
+	p.wait(p.persist(r), r.ID)
 	return r.Snapshot(now), nil
 }
 
@@ -77,6 +77,6 @@ func (p *Pipeline) Resume(id, token string, add accounting.Budget) (runstate.Rec
 		// The detectors start afresh: the operator judged the run worth more.
 		g.guard = newGuard(g)
 	}
-	p.persist(r)
+	p.wait(p.persist(r), r.ID)
 	return r.Snapshot(now), nil
 }

@@ -35,11 +35,14 @@ func (p *Pipeline) Finish(ctx context.Context, t *Turn, out Outcome) *Answer {
 	r := t.run
 	r.Mu.Lock()
 	answer := p.finishLocked(t, out, now)
-	p.persist(r)
+	p.closeReservation(t, govOf(r))
+	saved := p.persist(r)
 	r.Mu.Unlock()
 	if t.unreg != nil {
 		t.unreg()
 	}
+	// The answer leaves only once its settlement is on disk.
+	p.wait(saved, r.ID)
 	p.obs.ModelCall(t.Req.API.String(), answerStatus(t, answer, out), p.now().Sub(t.started), out.UpstreamWait)
 	return answer
 }
@@ -98,7 +101,7 @@ func (p *Pipeline) finishLocked(t *Turn, out Outcome, now time.Time) *Answer {
 	if resp.Text != "" {
 		r.Partial = resp.Text
 	}
-	p.indexResponse(r.ID, &resp)
+	p.indexResponse(r, &resp)
 	if len(resp.ToolCalls) > 0 && !t.wrapUp {
 		return p.toolStep(t, g, &resp, out, now)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/haltline/haltline/loopguard"
 	"github.com/haltline/haltline/policy"
 	"github.com/haltline/haltline/runstate"
+	"github.com/haltline/haltline/store"
 )
 
 // governance is a run's policy answers and meters, fixed when the run starts
@@ -25,6 +26,10 @@ type governance struct {
 	// budgeted is true when tokens or cost are limited anywhere: only then
 	// does the gateway cap the forwarded request's output.
 	budgeted bool
+	// savedSeq is the last event persisted; pending are writes for the next
+	// persist (lineage keys, reservations opened or closed).
+	savedSeq int64
+	pending  []store.Op
 }
 
 func govOf(r *runstate.Run) *governance {

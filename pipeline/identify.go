@@ -60,16 +60,17 @@ func (p *Pipeline) identity(call *Call, id, session string) runstate.Identity {
 }
 
 // indexResponse records what a later request will echo back of a response.
-func (p *Pipeline) indexResponse(runID string, resp *wire.Response) {
+func (p *Pipeline) indexResponse(r *runstate.Run, resp *wire.Response) {
+	g := govOf(r)
 	for _, tc := range resp.ToolCalls {
 		if tc.ID != "" {
-			p.runs.Index(runstate.KeyToolCall+tc.ID, runID)
+			p.indexKey(g, runstate.KeyToolCall+tc.ID, r.ID)
 		}
 	}
 	if resp.TextHash != 0 {
-		p.runs.Index(runstate.KeyText+strconv.FormatUint(resp.TextHash, 16), runID)
+		p.indexKey(g, runstate.KeyText+strconv.FormatUint(resp.TextHash, 16), r.ID)
 	}
 	if resp.ID != "" {
-		p.runs.Index(runstate.KeyResponse+resp.ID, runID)
+		p.indexKey(g, runstate.KeyResponse+resp.ID, r.ID)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/haltline/haltline/loopguard"
 	"github.com/haltline/haltline/policy"
 	"github.com/haltline/haltline/runstate"
+	"github.com/haltline/haltline/store"
 	"github.com/haltline/haltline/wire"
 )
 
@@ -35,11 +36,6 @@ func (nopObserver) Termination(string, string)                          {}
 func (nopObserver) Reservation(string)                                  {}
 func (nopObserver) LoopDetection(string, string)                        {}
 
-// Persister receives every run change, to outlive the process.
-type Persister interface {
-	SaveRun(r *runstate.Run) // the caller holds r.Mu
-}
-
 // Options wire the pipeline.
 type Options struct {
 	Runs     *runstate.Registry
@@ -47,8 +43,9 @@ type Options struct {
 	Catalog  *accounting.Catalog
 	Leases   *accounting.Leases
 	Observer Observer
-	Persist  Persister
-	Logger   *slog.Logger
+	// Store, when set, receives every run change (DESIGN §9).
+	Store  store.Store
+	Logger *slog.Logger
 	// UpstreamTimeout is the configured bound of one upstream call.
 	UpstreamTimeout time.Duration
 	// Lease is the reservation lease.
@@ -73,6 +70,9 @@ type Pipeline struct {
 
 	canonMu sync.Mutex
 	canons  map[string]*loopguard.Canonicalizer
+
+	// epoch tells this process's reservation ids from a previous one's.
+	epoch int64
 }
 
 // New builds a pipeline.
@@ -107,6 +107,7 @@ func New(o Options) *Pipeline {
 		log: o.Logger, now: o.Now,
 		teamLedgers: map[string]*accounting.Ledger{},
 		canons:      map[string]*loopguard.Canonicalizer{},
+		epoch:       time.Now().UnixNano(),
 	}
 }
 
@@ -131,12 +132,6 @@ func (p *Pipeline) RunSweeper(ctx context.Context, every time.Duration) {
 		case <-t.C:
 			p.SweepLeases()
 		}
-	}
-}
-
-func (p *Pipeline) persist(r *runstate.Run) {
-	if p.opts.Persist != nil {
-		p.opts.Persist.SaveRun(r)
 	}
 }
 

@@ -19,7 +19,7 @@ import (
 
 // model governs one model call: Begin, forward, relay, Finish.
 func (s *Server) model(ctx *fasthttp.RequestCtx, codec wire.Codec, prov *config.Provider) {
-	principal, ok := s.credential(ctx, prov)
+	principal, ok := s.credential(ctx)
 	if !ok {
 		writeAnswer(ctx, &pipeline.Answer{Status: 401, ContentType: "application/json",
 			Body: codec.ErrorBody(wire.ErrAuthentication, "unknown API key", nil)})
@@ -88,18 +88,23 @@ func (s *Server) model(ctx *fasthttp.RequestCtx, codec wire.Codec, prov *config.
 	ctx.SetStatusCode(resp.StatusCode)
 	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
 		defer cancel()
-		out := relay(w, resp.Body, t)
+		settle := func(out pipeline.Outcome) {
+			out.Status = resp.StatusCode
+			out.UpstreamWait = time.Since(start)
+			s.p.Finish(context.WithoutCancel(callCtx), t, out)
+		}
+		out := relay(w, resp.Body, t, settle)
 		resp.Body.Close()
 		stopWatch()
-		out.Status = resp.StatusCode
-		out.UpstreamWait = time.Since(start)
-		s.p.Finish(context.WithoutCancel(callCtx), t, out)
+		settle(out) // no-op when the terminal event already settled it
 	})
 }
 
 // relay copies the upstream stream to the client through the tap, flushing
-// every chunk. It stops when either side ends.
-func relay(w *bufio.Writer, body io.Reader, t *pipeline.Turn) pipeline.Outcome {
+// every chunk. It stops when either side ends. When the tap reads the
+// stream's terminal event, the call is settled before those bytes go out:
+// the agent's next request must find the run up to date.
+func relay(w *bufio.Writer, body io.Reader, t *pipeline.Turn, settle func(pipeline.Outcome)) pipeline.Outcome {
 	bufp := chunkPool.Get().(*[]byte)
 	defer chunkPool.Put(bufp)
 	buf := *bufp
@@ -109,7 +114,11 @@ func relay(w *bufio.Writer, body io.Reader, t *pipeline.Turn) pipeline.Outcome {
 	for {
 		n, err := body.Read(buf)
 		if n > 0 && !clientGone {
-			if fwd := t.Feed(buf[:n]); len(fwd) > 0 {
+			fwd := t.Feed(buf[:n])
+			if t.Done() {
+				settle(pipeline.Outcome{Streamed: true})
+			}
+			if len(fwd) > 0 {
 				if _, werr := w.Write(fwd); werr != nil {
 					clientGone = true
 				} else if werr = w.Flush(); werr != nil {

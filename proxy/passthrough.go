@@ -22,7 +22,7 @@ func (s *Server) passThrough(ctx *fasthttp.RequestCtx) {
 		prov = &s.o.Anthropic
 	}
 	codec := codecFor(string(ctx.Path()), isAnthropic)
-	if _, ok := s.credential(ctx, prov); !ok {
+	if _, ok := s.credential(ctx); !ok {
 		writeAnswer(ctx, &pipeline.Answer{Status: 401, ContentType: "application/json",
 			Body: codec.ErrorBody(wire.ErrAuthentication, "unknown API key", nil)})
 		return

@@ -2,8 +2,6 @@ package proxy
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"log/slog"
 	"net"
@@ -42,6 +40,7 @@ type Server struct {
 	client *http.Client
 	log    *slog.Logger
 	srv    *fasthttp.Server
+	creds  pipeline.Credentials
 }
 
 var (
@@ -70,7 +69,7 @@ func New(o Options) *Server {
 	if o.Retries == 0 {
 		o.Retries = 2
 	}
-	s := &Server{o: o, p: o.Pipeline, client: o.Client, log: o.Logger}
+	s := &Server{o: o, p: o.Pipeline, client: o.Client, log: o.Logger, creds: Credentials(o.VirtualKeys)}
 	s.srv = &fasthttp.Server{
 		Handler:               s.Handle,
 		ErrorHandler:          s.handleError,
@@ -108,8 +107,10 @@ func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
 	case strings.HasPrefix(path, "/v1/"):
 		s.passThrough(ctx)
 	default:
+		// In the caller's format: an Anthropic client names its API version.
+		codec := codecFor(path, ctx.Request.Header.Peek("anthropic-version") != nil)
 		writeAnswer(ctx, &pipeline.Answer{Status: 404, ContentType: "application/json",
-			Body: codecChat.ErrorBody(wire.ErrNotFound, "no route for "+sanitize(path), nil)})
+			Body: codec.ErrorBody(wire.ErrNotFound, "no route for "+sanitize(path), nil)})
 	}
 }
 
@@ -137,36 +138,10 @@ func codecFor(path string, anthropicHeader bool) wire.Codec {
 	return codecChat
 }
 
-// credential resolves the agent's key: a virtual key names the principal
-// and is never forwarded; without gateway-held keys the agent's own key
-// passes through and names the tenant by its hash.
-func (s *Server) credential(ctx *fasthttp.RequestCtx, prov *config.Provider) (pipeline.Principal, bool) {
-	key := agentKey(&ctx.Request.Header)
-	if len(s.o.VirtualKeys) > 0 {
-		vk, ok := s.o.VirtualKeys[key]
-		if !ok {
-			return pipeline.Principal{}, false
-		}
-		return pipeline.Principal{Tenant: vk.Tenant, Team: vk.Team, User: vk.User, KeyID: keyID(key)}, true
-	}
-	if key == "" {
-		return pipeline.Principal{Tenant: "anonymous"}, true
-	}
-	id := keyID(key)
-	return pipeline.Principal{Tenant: "key-" + id, KeyID: id}, true
-}
-
-func agentKey(h *fasthttp.RequestHeader) string {
-	if v := h.Peek("Authorization"); len(v) > 7 && strings.EqualFold(string(v[:7]), "bearer ") {
-		return strings.TrimSpace(string(v[7:]))
-	}
-	return strings.TrimSpace(string(h.Peek("x-api-key")))
-}
-
-// keyID names a key without revealing it.
-func keyID(key string) string {
-	sum := sha256.Sum256([]byte(key))
-	return hex.EncodeToString(sum[:6])
+// credential resolves the agent's key (pipeline.Credentials).
+func (s *Server) credential(ctx *fasthttp.RequestCtx) (pipeline.Principal, bool) {
+	h := &ctx.Request.Header
+	return s.creds.Resolve(pipeline.AgentKey(string(h.Peek("Authorization")), string(h.Peek("x-api-key"))))
 }
 
 func sanitize(s string) string {
@@ -183,4 +158,17 @@ func writeAnswer(ctx *fasthttp.RequestCtx, a *pipeline.Answer) {
 		ctx.Response.Header.Set("x-should-retry", "false")
 	}
 	ctx.SetBody(a.Body)
+}
+
+// Credentials turns configured virtual keys into the pipeline's resolver;
+// both front ends use it.
+func Credentials(keys map[string]config.Principal) pipeline.Credentials {
+	c := pipeline.Credentials{}
+	if len(keys) > 0 {
+		c.VirtualKeys = make(map[string]pipeline.Principal, len(keys))
+		for k, p := range keys {
+			c.VirtualKeys[k] = pipeline.Principal{Tenant: p.Tenant, Team: p.Team, User: p.User}
+		}
+	}
+	return c
 }

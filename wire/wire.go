@@ -211,6 +211,11 @@ type StreamTap interface {
 	// Response is what the stream said so far: usage, tool calls (complete
 	// once the stream ended), finish reason, text head.
 	Response() *Response
+	// Done reports that the stream's terminal event ([DONE],
+	// response.completed, message_stop) was read in the last Feed. The
+	// front end then settles the call before it relays those bytes, so an
+	// agent's next request always finds the run up to date.
+	Done() bool
 }
 
 // Codec is one provider API's wire format. Implementations are stateless and

@@ -1,0 +1,137 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+
+	"github.com/haltline/haltline/runstate"
+)
+
+// buildGateway builds the real binary once per test binary.
+func buildGateway(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "gateway")
+	cmd := exec.Command("go", "build", "-o", bin, "../cmd/gateway")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("build: %v", err)
+	}
+	return bin
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+type process struct {
+	cmd         *exec.Cmd
+	data, admin string
+	stderr      *bytes.Buffer
+}
+
+func startBinary(t *testing.T, bin, upstream, dataDir string) *process {
+	t.Helper()
+	p := &process{data: freePort(t), admin: freePort(t), stderr: &bytes.Buffer{}}
+	p.cmd = exec.Command(bin, "serve", "--listen", p.data, "--admin-listen", p.admin,
+		"--openai-base-url", upstream, "--anthropic-base-url", upstream, "--data-dir", dataDir)
+	p.cmd.Env = append(os.Environ(), "OPENAI_API_KEY=", "ANTHROPIC_API_KEY=", "OPENAI_BASE_URL=", "ANTHROPIC_BASE_URL=")
+	p.cmd.Stderr = p.stderr
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.cmd.Process.Kill(); _ = p.cmd.Wait() })
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := http.Get("http://" + p.admin + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return p
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gateway not ready: %s", p.stderr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// The real binary takes a run three steps, dies by SIGKILL, restarts on the
+// same data dir: the run's counters go on from 3, its budget is not reset,
+// and a call without run headers still continues it by lineage.
+func TestRestartKeepsRuns(t *testing.T) {
+	t.Parallel()
+	bin := buildGateway(t)
+	m := &toolLoop{finalAfter: 1000, in: 300, out: 20}
+	up := newUpstream(t, m.serve)
+	dir := t.TempDir()
+	p := startBinary(t, bin, up.URL, dir)
+
+	ctx := context.Background()
+	tools := []openai.ChatCompletionToolUnionParam{openai.ChatCompletionFunctionTool(openai.FunctionDefinitionParam{
+		Name: "read_page", Parameters: openai.FunctionParameters{"type": "object"}})}
+	msgs := []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Read the report.")}
+	step := func(base string) (string, openai.ChatCompletionMessage) {
+		client := openai.NewClient(option.WithBaseURL("http://"+base+"/v1"), option.WithAPIKey("sk-x"), option.WithMaxRetries(0))
+		var resp *http.Response
+		c, err := client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "gpt-4o-mini", Messages: msgs, Tools: tools},
+			option.WithHeader("X-Run-Budget", "max_steps=6"), option.WithResponseInto(&resp))
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg := c.Choices[0].Message
+		msgs = append(msgs, msg.ToParam())
+		for _, tc := range msg.ToolCalls {
+			msgs = append(msgs, openai.ToolMessage(fmt.Sprintf("page %s", tc.Function.Arguments), tc.ID))
+		}
+		return resp.Header.Get("X-Run-Id"), msg
+	}
+	var runID string
+	for range 3 {
+		runID, _ = step(p.data)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = p.cmd.Wait()
+
+	p2 := startBinary(t, bin, up.URL, dir)
+	var rec runstate.Record
+	getJSON(t, "http://"+p2.admin+"/api/v1/runs/"+runID, &rec)
+	if rec.AgentSteps != 3 || rec.ModelCalls != 3 || rec.InputTokens != 900 || rec.MaxSteps != 6 {
+		t.Fatalf("after restart: %+v", rec)
+	}
+	id4, _ := step(p2.data) // no run headers: lineage
+	if id4 != runID {
+		t.Fatalf("lineage lost: %s then %s", runID, id4)
+	}
+	getJSON(t, "http://"+p2.admin+"/api/v1/runs/"+runID, &rec)
+	if rec.AgentSteps != 4 || rec.InputTokens != 1200 {
+		t.Fatalf("counters did not go on: %+v", rec)
+	}
+	// The budget was not reset: max_steps=6 ends the run at step 6 with a wrap-up.
+	step(p2.data)
+	_, last := step(p2.data)
+	getJSON(t, "http://"+p2.admin+"/api/v1/runs/"+runID, &rec)
+	if rec.AgentSteps != 6 || rec.Status != runstate.CompletedWithDegradation || len(last.ToolCalls) != 0 {
+		t.Fatalf("budget reset by the restart? %+v", rec)
+	}
+}

@@ -1,0 +1,233 @@
+package pipeline
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/haltline/haltline/accounting"
+	"github.com/haltline/haltline/policy"
+	"github.com/haltline/haltline/runstate"
+	"github.com/haltline/haltline/store"
+)
+
+// runBlob is a run as persisted: its state and its governance.
+type runBlob struct {
+	Run      runstate.Persisted       `json:"run"`
+	Limits   policy.Limits            `json:"limits"`
+	Term     policy.TerminationAnswer `json:"termination"`
+	Loop     policy.LoopThresholds    `json:"loop"`
+	Budgeted bool                     `json:"budgeted"`
+	Ledgers  []string                 `json:"ledgers"` // the run's own first
+	Guard    []byte                   `json:"guard,omitempty"`
+}
+
+// persistWait bounds how long a call waits for its commit.
+const persistWait = 5 * time.Second
+
+// persist queues the run's changes — its snapshot, new events, new lineage
+// keys, the ledgers it draws on, reservations opened or closed — as one
+// atomic write. The caller holds r.Mu; it may wait on the returned channel
+// after unlocking.
+func (p *Pipeline) persist(r *runstate.Run) <-chan error {
+	st := p.opts.Store
+	if st == nil {
+		return nil
+	}
+	g := govOf(r)
+	now := p.now()
+	blob := runBlob{Run: r.Export(now)}
+	var ops []store.Op
+	if g != nil {
+		blob.Limits, blob.Term, blob.Loop, blob.Budgeted = g.limits, g.term, g.loop, g.budgeted
+		for _, l := range g.ledgers {
+			blob.Ledgers = append(blob.Ledgers, l.Key())
+			if v, err := json.Marshal(l.State()); err == nil {
+				ops = append(ops, store.Op{Bucket: store.Ledgers, Key: []byte(l.Key()), Value: v})
+			}
+		}
+		if b, err := g.guard.MarshalBinary(); err == nil {
+			blob.Guard = b
+		}
+		ops = append(ops, g.pending...)
+		g.pending = g.pending[:0]
+		for _, ev := range r.EventsSince(g.savedSeq) {
+			if v, err := json.Marshal(ev); err == nil {
+				ops = append(ops, store.Op{Bucket: store.Events, Key: store.EventKey(r.ID, ev.Seq), Value: v})
+			}
+		}
+		g.savedSeq = blob.Run.LastEventSeq
+	}
+	v, err := json.Marshal(blob)
+	if err != nil {
+		p.log.Error("cannot encode run", "run_id", r.ID, "err", err)
+		return nil
+	}
+	ops = append(ops, store.Op{Bucket: store.Runs, Key: []byte(r.ID), Value: v})
+	return st.Apply(ops)
+}
+
+// queue adds a write to the run's next persist.
+func (g *governance) queue(op store.Op) { g.pending = append(g.pending, op) }
+
+func (p *Pipeline) reservationKey(id uint64) []byte {
+	return fmt.Appendf(nil, "%016x-%016x", p.epoch, id)
+}
+
+// trackReservation registers a reservation with the lease sweeper and the store.
+func (p *Pipeline) trackReservation(t *Turn, g *governance, res *accounting.Reservation) {
+	p.opts.Leases.Track(res)
+	if p.opts.Store != nil {
+		t.resKey = p.reservationKey(res.ID())
+		if v, err := json.Marshal(res.State()); err == nil {
+			g.queue(store.Op{Bucket: store.Reservations, Key: t.resKey, Value: v})
+		}
+	}
+}
+
+// closeReservation forgets a settled or released reservation in the store.
+func (p *Pipeline) closeReservation(t *Turn, g *governance) {
+	if t.resKey != nil {
+		g.queue(store.Op{Bucket: store.Reservations, Key: t.resKey})
+	}
+}
+
+// wait blocks until a persist committed (bounded); a failure is logged,
+// readiness reports it.
+func (p *Pipeline) wait(ch <-chan error, runID string) {
+	if ch == nil {
+		return
+	}
+	select {
+	case err := <-ch:
+		if err != nil {
+			p.log.Error("persisting run failed", "run_id", runID, "err", err)
+		}
+	case <-time.After(persistWait):
+		p.log.Error("persisting run timed out", "run_id", runID)
+	}
+}
+
+// Restore loads every run, ledger, open reservation and lineage key from
+// the store: a restart loses no run and resets no budget. Reservations whose
+// lease is still running are restored (their budget stays held until the
+// lease ends); expired ones are dropped.
+func (p *Pipeline) Restore(ctx context.Context) (runs int, err error) {
+	st := p.opts.Store
+	if st == nil {
+		return 0, nil
+	}
+	now := p.now()
+	// Reservations first: a ledger's reserved amount is the sum of its live
+	// reservations, whatever the ledger state said at its last write.
+	var live []accounting.ReservationState
+	var expired [][]byte
+	reserved := map[string]accounting.Vector{}
+	err = st.Scan(store.Reservations, func(k, v []byte) error {
+		var rs accounting.ReservationState
+		if json.Unmarshal(v, &rs) != nil || !rs.Expires.After(now) {
+			expired = append(expired, bytes.Clone(k))
+			return nil
+		}
+		live = append(live, rs)
+		for _, key := range rs.Ledgers {
+			reserved[key] = reserved[key].Add(rs.Want)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	ledgers := map[string]*accounting.Ledger{}
+	err = st.Scan(store.Ledgers, func(k, v []byte) error {
+		var ls accounting.LedgerState
+		if err := json.Unmarshal(v, &ls); err != nil {
+			return fmt.Errorf("ledger %q: %w", k, err)
+		}
+		ls.Reserved = reserved[ls.Key]
+		l := accounting.RestoreLedger(ls)
+		ledgers[ls.Key] = l
+		if len(ls.Key) > 5 && ls.Key[:5] == "team:" {
+			p.teamMu.Lock()
+			p.teamLedgers[ls.Key] = l
+			p.teamMu.Unlock()
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	for _, rs := range live {
+		res, err := accounting.RestoreReservation(rs, func(k string) *accounting.Ledger { return ledgers[k] })
+		if err != nil {
+			p.log.Warn("dropping a reservation on restore", "err", err)
+			continue
+		}
+		p.opts.Leases.Track(res)
+	}
+	err = st.Scan(store.Runs, func(k, v []byte) error {
+		var b runBlob
+		if err := json.Unmarshal(v, &b); err != nil {
+			return fmt.Errorf("run %q: %w", k, err)
+		}
+		var events []runstate.Event
+		_ = st.ScanPrefix(store.Events, append([]byte(b.Run.ID), 0), func(_, ev []byte) error {
+			var e runstate.Event
+			if json.Unmarshal(ev, &e) == nil {
+				events = append(events, e)
+			}
+			return nil
+		})
+		r := runstate.Restore(b.Run, events, now)
+		g := &governance{limits: b.Limits, term: b.Term, loop: b.Loop, budgeted: b.Budgeted, savedSeq: b.Run.LastEventSeq}
+		for i, key := range b.Ledgers {
+			l := ledgers[key]
+			if l == nil && i == 0 {
+				l = accounting.NewLedger(key, budgetOf(b.Limits).Vector, finalReserve(budgetOf(b.Limits).Vector, b.Limits.FinalReserve))
+				ledgers[key] = l
+			}
+			if l != nil {
+				g.ledgers = append(g.ledgers, l)
+			}
+		}
+		if len(g.ledgers) > 0 {
+			g.ledger = g.ledgers[0]
+		}
+		g.canon = p.canonicalizer(b.Loop.VolatileKeys)
+		g.guard = newGuard(g)
+		if len(b.Guard) > 0 {
+			if err := g.guard.UnmarshalBinary(b.Guard); err != nil {
+				p.log.Warn("loop guard state not restored", "run_id", b.Run.ID, "err", err)
+			}
+		}
+		r.Ext = g
+		p.runs.Put(r)
+		runs++
+		return nil
+	})
+	if err != nil {
+		return runs, err
+	}
+	err = st.Scan(store.Lineage, func(k, v []byte) error {
+		p.runs.Index(string(k), string(v))
+		return nil
+	})
+	if len(expired) > 0 {
+		ops := make([]store.Op, len(expired))
+		for i, k := range expired {
+			ops[i] = store.Op{Bucket: store.Reservations, Key: k}
+		}
+		<-st.Apply(ops)
+	}
+	return runs, err
+}
+
+// indexKey records a lineage key in memory and, with a store, on disk.
+func (p *Pipeline) indexKey(g *governance, key, runID string) {
+	p.runs.Index(key, runID)
+	if g != nil && p.opts.Store != nil {
+		g.queue(store.Op{Bucket: store.Lineage, Key: []byte(key), Value: []byte(runID)})
+	}
+}

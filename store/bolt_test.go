@@ -1,0 +1,76 @@
+package store
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+)
+
+func TestBoltGroupCommitAndReopen(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s, err := OpenBolt(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for i := range 200 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ops := []Op{
+				{Bucket: Runs, Key: fmt.Appendf(nil, "r-%03d", i), Value: fmt.Appendf(nil, "run %d", i)},
+				{Bucket: Events, Key: EventKey(fmt.Sprintf("r-%03d", i), 1), Value: []byte("ev")},
+			}
+			if err := <-s.Apply(ops); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := <-s.Apply([]Op{{Bucket: Runs, Key: []byte("r-000")}}); err != nil { // delete
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-s.Apply(nil); err != ErrClosed {
+		t.Fatalf("apply after close: %v", err)
+	}
+	s, err = OpenBolt(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	n := 0
+	if err := s.Scan(Runs, func(k, v []byte) error { n++; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if n != 199 {
+		t.Fatalf("%d runs after reopen", n)
+	}
+	ev := 0
+	_ = s.ScanPrefix(Events, append([]byte("r-007"), 0), func(k, v []byte) error { ev++; return nil })
+	if ev != 1 {
+		t.Fatalf("%d events for r-007", ev)
+	}
+}
+
+func BenchmarkBoltApply(b *testing.B) {
+	s, err := OpenBolt(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	val := make([]byte, 1500)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			i++
+			if err := <-s.Apply([]Op{{Bucket: Runs, Key: fmt.Appendf(nil, "r-%d", i%512), Value: val}}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

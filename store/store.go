@@ -1,0 +1,54 @@
+package store
+
+import "errors"
+
+// Bucket names a kind of record.
+type Bucket string
+
+// The buckets.
+const (
+	Runs         Bucket = "runs"         // run id → run snapshot
+	Events       Bucket = "events"       // run id \x00 seq (8 bytes, big endian) → event
+	Lineage      Bucket = "lineage"      // lineage key → run id
+	Ledgers      Bucket = "ledgers"      // ledger key → ledger state
+	Reservations Bucket = "reservations" // reservation key → open reservation
+)
+
+// AllBuckets lists every bucket.
+var AllBuckets = []Bucket{Runs, Events, Lineage, Ledgers, Reservations}
+
+// Op is one write: a put, or a delete when Value is nil.
+type Op struct {
+	Bucket Bucket
+	Key    []byte
+	Value  []byte
+}
+
+// Store persists batches of writes atomically and reads them back at start.
+type Store interface {
+	// Apply queues the ops to be committed together, in order, atomically.
+	// The channel receives the commit's result once.
+	Apply(ops []Op) <-chan error
+	// Scan calls fn for every record of a bucket, in key order.
+	Scan(b Bucket, fn func(key, value []byte) error) error
+	// ScanPrefix calls fn for every record of a bucket whose key starts with prefix.
+	ScanPrefix(b Bucket, prefix []byte, fn func(key, value []byte) error) error
+	// Healthy reports whether writes are succeeding.
+	Healthy() error
+	// Close commits what is queued and closes the store.
+	Close() error
+}
+
+// ErrClosed is returned by Apply after Close.
+var ErrClosed = errors.New("store: closed")
+
+// EventKey is the key of a run's event.
+func EventKey(runID string, seq int64) []byte {
+	k := make([]byte, 0, len(runID)+9)
+	k = append(k, runID...)
+	k = append(k, 0)
+	for i := 7; i >= 0; i-- {
+		k = append(k, byte(uint64(seq)>>(8*i)))
+	}
+	return k
+}

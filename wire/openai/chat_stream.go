@@ -1,0 +1,266 @@
+package openai
+
+import (
+	"bytes"
+	"cmp"
+	"slices"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/haltline/haltline/wire"
+	"github.com/haltline/haltline/wire/sse"
+)
+
+// NewStreamTap reads a chat completion stream. When the gateway injected
+// include_usage (req.Stream and the client did not ask), the tap removes the
+// usage-only chunk so the client receives the upstream's bytes minus exactly
+// that event; otherwise every chunk passes unchanged.
+func (Chat) NewStreamTap(req *wire.Request) wire.StreamTap {
+	return &chatTap{strip: req != nil && req.Stream && !req.IncludeUsage}
+}
+
+type chatTap struct {
+	split sse.Splitter
+	strip bool
+	resp  wire.Response
+	text  []byte
+	calls []streamCall
+
+	// Per-Feed state of the strip mode: the kept events form one run of
+	// chunk, chunk[aStart:aEnd], returned without a copy, until an event
+	// is dropped or held bytes complete an event; then out collects them.
+	out     []byte
+	cur     []byte
+	pos     int
+	joined  int
+	aStart  int
+	aEnd    int
+	copying bool
+	done    bool // [DONE] seen
+}
+
+// Done reports that the stream's terminal event was read.
+func (t *chatTap) Done() bool { return t.done }
+
+// streamCall is one tool call being assembled from deltas.
+type streamCall struct {
+	index    int64
+	id, name string
+	args     []byte
+}
+
+func (t *chatTap) Feed(chunk []byte) []byte {
+	if !t.strip {
+		t.split.Feed(chunk, t.readOnly)
+		return chunk
+	}
+	t.out = t.out[:0]
+	t.cur, t.pos, t.joined = chunk, 0, len(t.split.Pending())
+	t.aStart, t.aEnd, t.copying = -1, -1, false
+	t.split.Feed(chunk, t.emit)
+	t.cur = nil
+	switch {
+	case t.copying:
+		return t.out
+	case t.aStart < 0:
+		return nil
+	}
+	return chunk[t.aStart:t.aEnd]
+}
+
+func (t *chatTap) readOnly(ev []byte) { t.read(ev) }
+
+// emit decides for one complete event whether it passes, and where from.
+func (t *chatTap) emit(ev []byte) {
+	off := -1
+	if t.joined > 0 {
+		// The first event completes bytes held from earlier chunks: it
+		// lies in the splitter's buffer and covers chunk up to pos.
+		t.pos = max(len(ev)-t.joined, 0)
+		t.joined = 0
+	} else {
+		off = t.pos
+		t.pos += len(ev)
+	}
+	if t.read(ev) {
+		return // the injected usage chunk
+	}
+	if !t.copying {
+		if off >= 0 && (t.aStart < 0 || off == t.aEnd) {
+			if t.aStart < 0 {
+				t.aStart = off
+			}
+			t.aEnd = off + len(ev)
+			return
+		}
+		t.copying = true
+		if t.aStart >= 0 {
+			t.out = append(t.out, t.cur[t.aStart:t.aEnd]...)
+		}
+	}
+	t.out = append(t.out, ev...)
+}
+
+func (t *chatTap) End() []byte {
+	p := t.split.Pending()
+	if len(p) == 0 {
+		return nil
+	}
+	drop := t.read(p)
+	t.split.Reset()
+	if !t.strip || drop {
+		return nil // passed on already, or dropped
+	}
+	return p // still valid: the splitter's buffer is untouched until the next Feed
+}
+
+// read takes what one event says and reports whether the tap must drop it:
+// strip mode and a well-formed usage-only chunk (choices [] and a usage
+// object), the one the gateway asked for.
+func (t *chatTap) read(ev []byte) bool {
+	_, data := sse.Fields(ev)
+	d := view(bytes.TrimSpace(data))
+	if len(d) == 0 || d[0] != '{' {
+		if string(d) == "[DONE]" {
+			t.done = true
+		}
+		return false // [DONE], comments, or something we cannot read
+	}
+	var choices, usage string
+	eachMember(d, func(m member) bool {
+		v := m.value(d)
+		switch m.key {
+		case "id":
+			if t.resp.ID == "" {
+				t.resp.ID = clone(str(v))
+			}
+		case "model":
+			if t.resp.Model == "" {
+				t.resp.Model = clone(str(v))
+			}
+		case "choices":
+			choices = v
+		case "usage":
+			usage = v
+		case "error":
+			if isObject(v) {
+				t.resp.ErrorMessage = clone(str(field(v, "message")))
+				t.resp.FinishReason = "error"
+			}
+		}
+		return true
+	})
+	if isObject(usage) {
+		t.resp.Usage, t.resp.HasUsage = usageFrom(usage)
+	}
+	eachElement(choices, t.readChoice)
+	return t.strip && isObject(usage) && isEmptyArray(choices) && gjson.Valid(d)
+}
+
+// readChoice reads choice 0 of a chunk (n > 1 streams interleave choices;
+// the gateway meters the first, as the SDKs' single-answer helpers do).
+func (t *chatTap) readChoice(c string) bool {
+	var index, delta, finish string
+	eachMember(c, func(m member) bool {
+		switch m.key {
+		case "index":
+			index = m.value(c)
+		case "delta":
+			delta = m.value(c)
+		case "finish_reason":
+			finish = m.value(c)
+		}
+		return true
+	})
+	if n, ok := num(index); ok && n != 0 {
+		return true
+	}
+	if fr := chatFinish(finish); fr != "" && t.resp.FinishReason != "error" {
+		t.resp.FinishReason = fr
+	}
+	eachMember(delta, func(m member) bool {
+		v := m.value(delta)
+		switch m.key {
+		case "content":
+			t.text = appendUnescaped(t.text, v)
+		case "tool_calls":
+			eachElement(v, t.readToolDelta)
+		case "function_call": // legacy: one call, no id
+			t.readFunction(t.call(0, ""), v)
+		}
+		return true
+	})
+	return true
+}
+
+func (t *chatTap) readToolDelta(tc string) bool {
+	var index, id, fn string
+	eachMember(tc, func(m member) bool {
+		switch m.key {
+		case "index":
+			index = m.value(tc)
+		case "id":
+			id = m.value(tc)
+		case "function":
+			fn = m.value(tc)
+		}
+		return true
+	})
+	n, ok := num(index)
+	if !ok {
+		// Some compatible servers omit index: a new id opens a call.
+		n = int64(len(t.calls))
+		if str(id) == "" && n > 0 {
+			n--
+		}
+	}
+	t.readFunction(t.call(n, id), fn)
+	return true
+}
+
+func (t *chatTap) call(index int64, rawID string) *streamCall {
+	var c *streamCall
+	for i := range t.calls {
+		if t.calls[i].index == index {
+			c = &t.calls[i]
+			break
+		}
+	}
+	if c == nil {
+		t.calls = append(t.calls, streamCall{index: index})
+		c = &t.calls[len(t.calls)-1]
+	}
+	if c.id == "" && isString(rawID) {
+		c.id = clone(str(rawID))
+	}
+	return c
+}
+
+func (t *chatTap) readFunction(c *streamCall, fn string) {
+	eachMember(fn, func(m member) bool {
+		v := m.value(fn)
+		switch m.key {
+		case "name":
+			// OpenAI sends the name once, whole; keep the first.
+			if c.name == "" {
+				c.name = clone(str(v))
+			}
+		case "arguments":
+			c.args = appendUnescaped(c.args, v)
+		}
+		return true
+	})
+}
+
+func (t *chatTap) Response() *wire.Response {
+	r := &t.resp
+	r.TextHash = wire.TextHash(view(t.text))
+	r.Text = head(t.text)
+	r.ToolCalls = r.ToolCalls[:0]
+	calls := slices.Clone(t.calls)
+	slices.SortStableFunc(calls, func(a, b streamCall) int { return cmp.Compare(a.index, b.index) })
+	for _, c := range calls {
+		r.ToolCalls = append(r.ToolCalls, wire.ToolCall{ID: c.id, Name: c.name, Arguments: c.args})
+	}
+	return r
+}

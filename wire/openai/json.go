@@ -1,0 +1,317 @@
+package openai
+
+import (
+	"strconv"
+	"unicode/utf16"
+	"unicode/utf8"
+	"unsafe"
+
+	"github.com/tidwall/gjson"
+)
+
+// view returns b as a string without copying, so gjson and the scanner below
+// read bodies in place. The string must not outlive b's contents.
+func view(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
+
+// readOnly returns s's bytes without copying. Callers must not write to them.
+func readOnly(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
+
+// parseObject validates body and returns it as a gjson object. Validation is
+// one pass without allocation; without it a truncated body would be read (and
+// rewritten) as if it were whole.
+func parseObject(body []byte) (gjson.Result, bool) {
+	if !gjson.ValidBytes(body) {
+		return gjson.Result{}, false
+	}
+	r := gjson.Parse(view(body))
+	return r, r.IsObject()
+}
+
+// The scanner below walks JSON text without unescaping anything. gjson
+// unescapes every string value it matches or iterates, which allocates for
+// each escaped value; stream deltas (tool arguments are full of \") and long
+// tool outputs would pay that on every chunk or message. The scanner never
+// panics on malformed input: it stops.
+
+func isWS(c byte) bool { return c == ' ' || c == '\n' || c == '\t' || c == '\r' }
+
+func skipWS(s string, i int) int {
+	for i < len(s) && isWS(s[i]) {
+		i++
+	}
+	return i
+}
+
+// skipString returns the index past the string starting with the quote at
+// s[i], or -1.
+func skipString(s string, i int) int {
+	for j := i + 1; j < len(s); j++ {
+		switch s[j] {
+		case '\\':
+			j++
+		case '"':
+			return j + 1
+		}
+	}
+	return -1
+}
+
+// skipValue returns the index past the value starting at s[i], or -1.
+func skipValue(s string, i int) int {
+	if i >= len(s) {
+		return -1
+	}
+	switch s[i] {
+	case '"':
+		return skipString(s, i)
+	case '{', '[':
+		depth := 0
+		for ; i < len(s); i++ {
+			switch s[i] {
+			case '"':
+				j := skipString(s, i)
+				if j < 0 {
+					return -1
+				}
+				i = j - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+		}
+		return -1
+	}
+	j := i
+	for j < len(s) && !isWS(s[j]) && s[j] != ',' && s[j] != '}' && s[j] != ']' && s[j] != ':' {
+		j++
+	}
+	if j == i {
+		return -1
+	}
+	return j
+}
+
+// member is one key/value pair of an object: obj[start:end] is the whole
+// `"key": value`, obj[vstart:end] the value.
+type member struct {
+	key                string // raw key without quotes (escapes left as is)
+	start, vstart, end int
+}
+
+func (m member) value(obj string) string { return obj[m.vstart:m.end] }
+
+// eachMember calls fn for each member of the object obj, in order, until fn
+// returns false. It reports false when obj is not a well-formed object.
+func eachMember(obj string, fn func(m member) bool) bool {
+	return walkObject(obj, skipWS(obj, 0), fn) >= 0
+}
+
+// walkObject walks the object starting at s[i], calling fn for each member
+// (offsets relative to s), and returns the index past the object: one pass
+// both reads the members and finds the end. It returns -1 when the object is
+// malformed, and the index reached when fn stops it.
+func walkObject(s string, i int, fn func(m member) bool) int {
+	if i >= len(s) || s[i] != '{' {
+		return -1
+	}
+	i++
+	for {
+		i = skipWS(s, i)
+		if i >= len(s) {
+			return -1
+		}
+		switch s[i] {
+		case '}':
+			return i + 1
+		case ',':
+			i++
+			continue
+		case '"':
+		default:
+			return -1
+		}
+		k := skipString(s, i)
+		if k < 0 {
+			return -1
+		}
+		m := member{key: s[i+1 : k-1], start: i}
+		i = skipWS(s, k)
+		if i >= len(s) || s[i] != ':' {
+			return -1
+		}
+		m.vstart = skipWS(s, i+1)
+		m.end = skipValue(s, m.vstart)
+		if m.end < 0 {
+			return -1
+		}
+		if !fn(m) {
+			return m.end
+		}
+		i = m.end
+	}
+}
+
+// eachElement calls fn for each element of the array arr until fn returns
+// false.
+func eachElement(arr string, fn func(v string) bool) {
+	i := skipWS(arr, 0)
+	if i >= len(arr) || arr[i] != '[' {
+		return
+	}
+	i++
+	for {
+		i = skipWS(arr, i)
+		if i >= len(arr) || arr[i] == ']' {
+			return
+		}
+		if arr[i] == ',' {
+			i++
+			continue
+		}
+		end := skipValue(arr, i)
+		if end < 0 || !fn(arr[i:end]) {
+			return
+		}
+		i = end
+	}
+}
+
+// field returns the raw value of key in the object obj, "" when absent.
+func field(obj, key string) string {
+	var v string
+	eachMember(obj, func(m member) bool {
+		if m.key == key {
+			v = m.value(obj)
+			return false
+		}
+		return true
+	})
+	return v
+}
+
+func isNull(raw string) bool   { return raw == "" || raw == "null" }
+func isString(raw string) bool { return len(raw) >= 2 && raw[0] == '"' }
+func isArray(raw string) bool  { return len(raw) >= 2 && raw[0] == '[' }
+func isObject(raw string) bool { return len(raw) >= 2 && raw[0] == '{' }
+
+// isEmptyArray reports whether raw is [] (with any white space inside).
+func isEmptyArray(raw string) bool {
+	return isArray(raw) && skipWS(raw, 1) == len(raw)-1
+}
+
+// num reads a raw JSON number as an integer; ok is false for anything else.
+func num(raw string) (int64, bool) {
+	if n, err := strconv.ParseInt(raw, 10, 64); err == nil {
+		return n, true
+	}
+	if f, err := strconv.ParseFloat(raw, 64); err == nil && f == f {
+		return int64(f), true
+	}
+	return 0, false
+}
+
+// str returns the unescaped content of a raw JSON string; it aliases raw when
+// there is nothing to unescape. Anything but a string gives "".
+func str(raw string) string {
+	if !isString(raw) {
+		return ""
+	}
+	in := raw[1 : len(raw)-1]
+	for i := 0; i < len(in); i++ {
+		if in[i] == '\\' {
+			return string(appendUnescaped(make([]byte, 0, len(in)), raw))
+		}
+	}
+	return in
+}
+
+// appendUnescaped appends the content of the raw JSON string raw to dst. It
+// decodes as gjson does (lone surrogates become U+FFFD), so text read here
+// and text read through gjson hash the same.
+func appendUnescaped(dst []byte, raw string) []byte {
+	if !isString(raw) {
+		return dst
+	}
+	s := raw[1 : len(raw)-1]
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c != '\\' {
+			if c < ' ' {
+				return dst
+			}
+			// Copy the run up to the next escape in one append.
+			j := i + 1
+			for j < len(s) && s[j] != '\\' && s[j] >= ' ' {
+				j++
+			}
+			dst = append(dst, s[i:j]...)
+			i = j - 1
+			continue
+		}
+		i++
+		if i >= len(s) {
+			return dst
+		}
+		switch s[i] {
+		case '\\', '/', '"':
+			dst = append(dst, s[i])
+		case 'b':
+			dst = append(dst, '\b')
+		case 'f':
+			dst = append(dst, '\f')
+		case 'n':
+			dst = append(dst, '\n')
+		case 'r':
+			dst = append(dst, '\r')
+		case 't':
+			dst = append(dst, '\t')
+		case 'u':
+			if i+5 > len(s) {
+				return dst
+			}
+			r := hex4(s[i+1:])
+			i += 4
+			if r >= 0xD800 && r < 0xDC00 && i+6 < len(s) && s[i+1] == '\\' && s[i+2] == 'u' {
+				if r2 := hex4(s[i+3:]); r2 >= 0xDC00 && r2 < 0xE000 {
+					r = utf16.DecodeRune(r, r2)
+					i += 6
+				}
+			}
+			dst = utf8.AppendRune(dst, r)
+		default:
+			return dst
+		}
+	}
+	return dst
+}
+
+func hex4(s string) rune {
+	if len(s) < 4 {
+		return utf8.RuneError
+	}
+	var r rune
+	for i := 0; i < 4; i++ {
+		c := s[i]
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c -= 'a' - 10
+		case c >= 'A' && c <= 'F':
+			c -= 'A' - 10
+		default:
+			return utf8.RuneError
+		}
+		r = r<<4 | rune(c)
+	}
+	return r
+}
+
+// appendString appends s as a JSON string.
+func appendString(dst []byte, s string) []byte { return gjson.AppendJSONString(dst, s) }
+
+func appendInt(dst []byte, n int64) []byte { return strconv.AppendInt(dst, n, 10) }
