@@ -40,8 +40,11 @@ func (p *Pipeline) Begin(ctx context.Context, call *Call, codec wire.Codec) *Tur
 		g, err := p.govern(ctx, r, call)
 		if err != nil {
 			var bad badRequest
+			var down unavailable
 			if errors.As(err, &bad) {
 				t.Answer = errorAnswer(codec, wire.ErrInvalidRequest, err.Error(), nil)
+			} else if errors.As(err, &down) {
+				p.unavailable(t, err)
 			} else {
 				// Fail closed: a policy that cannot answer never means allow.
 				p.log.Error("policy evaluation failed", "run_id", r.ID, "err", err)
@@ -106,7 +109,10 @@ func (p *Pipeline) admit(ctx context.Context, t *Turn, g *governance, now time.T
 			return true
 		}
 	}
-	_, spent, reserved := g.ledger.Snapshot()
+	_, spent, reserved, err := p.book.Snapshot(ctx, g.ledger, now)
+	if err != nil {
+		return p.unavailable(t, err)
+	}
 	step := spent.Steps + reserved.Steps + 1
 	t.step = step
 	// steps
@@ -163,13 +169,21 @@ func (p *Pipeline) admit(ctx context.Context, t *Turn, g *governance, now time.T
 		}
 	}
 	// reserve
-	return p.reserve(t, g, maxOut, remaining, now)
+	return p.reserve(ctx, t, g, maxOut, remaining, now)
+}
+
+// unavailable refuses a call that draws on a budget while the ledger book
+// cannot be reached: fail closed, and the SDK may retry later.
+func (p *Pipeline) unavailable(t *Turn, err error) bool {
+	p.log.Error("ledger book unavailable", "run_id", t.run.ID, "err", err)
+	t.Answer = errorAnswer(t.codec, wire.ErrUnavailable, "budget store unavailable, retry later", nil)
+	return true
 }
 
 // reserve books the call's worst case against every ledger it draws on,
 // turning the call into the run's wrap-up when only the final reserve is
 // left, or ending the run when not even a wrap-up fits.
-func (p *Pipeline) reserve(t *Turn, g *governance, maxOut int64, remaining time.Duration, now time.Time) bool {
+func (p *Pipeline) reserve(ctx context.Context, t *Turn, g *governance, maxOut int64, remaining time.Duration, now time.Time) bool {
 	lim := g.limits
 	price, ok := p.catalog.Lookup(t.Req.Model)
 	t.price, t.priced = price, ok
@@ -200,12 +214,19 @@ func (p *Pipeline) reserve(t *Turn, g *governance, maxOut int64, remaining time.
 		}
 	}
 	if wrapLine == "" {
-		wrapLine = softLine(g, lim.SoftWrapUp)
+		line, err := p.softLine(ctx, g, lim.SoftWrapUp, now)
+		if err != nil {
+			return p.unavailable(t, err)
+		}
+		wrapLine = line
 	}
 	want := accounting.Vector{Steps: 1, Tokens: est + maxOut, InputTokens: est, OutputTokens: maxOut,
 		Cost: price.WorstCase(est, maxOut)}
 	if wrapLine == "" {
-		res, short := accounting.Reserve(g.ledgers, want, false, p.opts.Lease, now)
+		res, short, err := p.book.Reserve(ctx, g.ledgers, want, false, p.opts.Lease, now)
+		if err != nil {
+			return p.unavailable(t, err)
+		}
 		if short == nil {
 			p.obs.Reservation("ok")
 			t.res, t.reserved = res, want
@@ -216,7 +237,10 @@ func (p *Pipeline) reserve(t *Turn, g *governance, maxOut int64, remaining time.
 	}
 	// Wrap-up: the output is capped so that the worst case fits what remains,
 	// final reserve included.
-	head := accounting.Headroom(g.ledgers, true)
+	head, err := p.book.Headroom(ctx, g.ledgers, true, now)
+	if err != nil {
+		return p.unavailable(t, err)
+	}
 	out := min(maxOut, head.OutputTokens, head.Tokens-est)
 	if ok && head.Cost != accounting.Money(1<<63-1) {
 		out = min(out, price.MaxOutputFor(head.Cost, est))
@@ -227,7 +251,10 @@ func (p *Pipeline) reserve(t *Turn, g *governance, maxOut int64, remaining time.
 	}
 	want = accounting.Vector{Steps: 1, Tokens: est + out, InputTokens: est, OutputTokens: out,
 		Cost: price.WorstCase(est, out)}
-	res, short := accounting.Reserve(g.ledgers, want, true, p.opts.Lease, now)
+	res, short, err := p.book.Reserve(ctx, g.ledgers, want, true, p.opts.Lease, now)
+	if err != nil {
+		return p.unavailable(t, err)
+	}
 	if short != nil {
 		p.obs.Reservation("refused")
 		return p.end(t, g, runstate.Termination{Reason: shortfallLine(short), Detail: "no budget left even for a wrap-up"}, now)
@@ -242,21 +269,24 @@ func (p *Pipeline) reserve(t *Turn, g *governance, maxOut int64, remaining time.
 
 // softLine returns the line whose soft wrap-up fraction is reached on any
 // ledger, or "".
-func softLine(g *governance, frac float64) string {
-	if frac <= 0 {
-		return ""
+func (p *Pipeline) softLine(ctx context.Context, g *governance, frac float64, now time.Time) (string, error) {
+	if frac <= 0 || !g.budgeted {
+		return "", nil
 	}
-	for _, l := range g.ledgers {
-		lim, spent, _ := l.Snapshot()
+	for _, key := range g.ledgers {
+		lim, spent, _, err := p.book.Snapshot(ctx, key, now)
+		if err != nil {
+			return "", err
+		}
 		over := func(s, m int64) bool { return m > 0 && float64(s) >= frac*float64(m) }
 		if over(int64(spent.Cost), int64(lim.Cost)) {
-			return runstate.ReasonCostBudget
+			return runstate.ReasonCostBudget, nil
 		}
 		if over(spent.Tokens, lim.Tokens) || over(spent.InputTokens, lim.InputTokens) || over(spent.OutputTokens, lim.OutputTokens) {
-			return runstate.ReasonTokenBudget
+			return runstate.ReasonTokenBudget, nil
 		}
 	}
-	return ""
+	return "", nil
 }
 
 func shortfallLine(s *accounting.Shortfall) string {
@@ -286,8 +316,7 @@ func (p *Pipeline) forward(t *Turn, g *governance, now time.Time) {
 		t.UpstreamBody, err = t.codec.PrepareUpstream(t.Call.Body, &t.Req, capOut)
 	}
 	if err != nil {
-		t.res.Release()
-		p.closeReservation(t, g)
+		p.release(t, g)
 		t.res = nil
 		t.Answer = errorAnswer(t.codec, wire.ErrInvalidRequest, "cannot prepare request: "+err.Error(), nil)
 		return

@@ -74,7 +74,7 @@ type Turn struct {
 	// pendingEnd is a loop or stall verdict found while observing the
 	// request's tool results, applied in admission order.
 	pendingEnd *runstate.Termination
-	res        *accounting.Reservation
+	res        *accounting.Hold
 	resKey     []byte // the reservation's key in the store
 	reserved   accounting.Vector
 	price      accounting.Price

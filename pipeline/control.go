@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"context"
 	"errors"
 
 	"github.com/haltline/haltline/accounting"
@@ -52,7 +53,10 @@ func (p *Pipeline) Resume(id, token string, add accounting.Budget) (runstate.Rec
 		return r.Snapshot(now), ErrNotResumable
 	}
 	if g := govOf(r); g != nil {
-		lim, _, _ := g.ledger.Snapshot()
+		lim, _, _, err := p.book.Snapshot(context.Background(), g.ledger, now)
+		if err != nil {
+			return r.Snapshot(now), err
+		}
 		grow := func(v *int64, a int64) {
 			if *v > 0 && a > 0 {
 				*v += a
@@ -66,7 +70,9 @@ func (p *Pipeline) Resume(id, token string, add accounting.Budget) (runstate.Rec
 		c := int64(lim.Cost)
 		grow(&c, int64(add.Cost))
 		lim.Cost = accounting.Money(c)
-		g.ledger.SetLimit(lim, finalReserve(lim, g.limits.FinalReserve))
+		if err := p.book.SetLimit(context.Background(), g.ledger, lim, finalReserve(lim, g.limits.FinalReserve)); err != nil {
+			return r.Snapshot(now), err
+		}
 		g.limits.MaxSteps, g.limits.MaxTokens, g.limits.MaxToolCalls = lim.Steps, lim.Tokens, lim.ToolCalls
 		g.limits.MaxInputTokens, g.limits.MaxOutputTokens = lim.InputTokens, lim.OutputTokens
 		g.limits.MaxCostUSD = lim.Cost.USD()

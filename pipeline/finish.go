@@ -34,7 +34,7 @@ func (p *Pipeline) Finish(ctx context.Context, t *Turn, out Outcome) *Answer {
 	}
 	r := t.run
 	r.Mu.Lock()
-	answer := p.finishLocked(t, out, now)
+	answer := p.finishLocked(context.WithoutCancel(ctx), t, out, now)
 	p.closeReservation(t, govOf(r))
 	saved := p.persist(r)
 	r.Mu.Unlock()
@@ -58,12 +58,12 @@ func answerStatus(t *Turn, replaced *Answer, out Outcome) int {
 	return out.Status
 }
 
-func (p *Pipeline) finishLocked(t *Turn, out Outcome, now time.Time) *Answer {
+func (p *Pipeline) finishLocked(ctx context.Context, t *Turn, out Outcome, now time.Time) *Answer {
 	r, g := t.run, govOf(t.run)
 	r.Inflight--
 	ok := out.Status >= 200 && out.Status < 300
 	if !ok {
-		t.res.Release()
+		p.release(t, g)
 		if r.Inflight == 0 && r.State == runstate.Deciding {
 			r.Transition(runstate.Ready, now, "model call failed")
 		}
@@ -85,7 +85,7 @@ func (p *Pipeline) finishLocked(t *Turn, out Outcome, now time.Time) *Answer {
 		p.log.Warn("unreadable upstream response", "run_id", r.ID, "err", err)
 	}
 	complete := resp.HasUsage || resp.FinishReason != ""
-	p.settle(t, g, &resp, now)
+	p.settle(ctx, t, g, &resp, now)
 	if resp.ErrorMessage != "" || !complete {
 		// The stream broke off (client gone, upstream error event): the
 		// spend is settled, but no decision was taken.
@@ -119,7 +119,7 @@ func (p *Pipeline) finishLocked(t *Turn, out Outcome, now time.Time) *Answer {
 // settle books the actual usage. Without usage (a stream cut before its
 // usage arrived) the reservation's worst case is booked: the provider bills
 // what it generated, and a budget must never be under-counted.
-func (p *Pipeline) settle(t *Turn, g *governance, resp *wire.Response, now time.Time) {
+func (p *Pipeline) settle(ctx context.Context, t *Turn, g *governance, resp *wire.Response, now time.Time) {
 	r := t.run
 	u := resp.Usage
 	var cost accounting.Money
@@ -133,7 +133,11 @@ func (p *Pipeline) settle(t *Turn, g *governance, resp *wire.Response, now time.
 	}
 	actual := accounting.Vector{Steps: 1, Tokens: u.InputTokens + u.OutputTokens, InputTokens: u.InputTokens,
 		OutputTokens: u.OutputTokens, ToolCalls: int64(len(resp.ToolCalls)), Cost: cost}
-	t.res.Settle(actual, now)
+	if err := p.book.Settle(ctx, t.res, actual, now); err != nil {
+		// The money was spent: keep trying until the book is back.
+		p.log.Error("settlement deferred: ledger book unavailable", "run_id", r.ID, "err", err)
+		p.deferSettle(t.res, actual, now)
+	}
 	c := &r.Counters
 	c.InputTokens += u.InputTokens
 	c.OutputTokens += u.OutputTokens
@@ -217,4 +221,50 @@ func errDetail(err error) string {
 		return ""
 	}
 	return err.Error()
+}
+
+// release returns the turn's hold unused.
+func (p *Pipeline) release(t *Turn, g *governance) {
+	if err := p.book.Release(context.Background(), t.res); err != nil {
+		// The lease frees it at the latest: a release can wait.
+		p.log.Warn("release failed; the lease will free the budget", "run_id", t.run.ID, "err", err)
+	}
+	p.closeReservation(t, g)
+}
+
+// deferredSettle is a settlement the book could not take yet.
+type deferredSettle struct {
+	hold   *accounting.Hold
+	actual accounting.Vector
+	at     time.Time
+}
+
+func (p *Pipeline) deferSettle(h *accounting.Hold, actual accounting.Vector, at time.Time) {
+	p.deferMu.Lock()
+	p.deferred = append(p.deferred, deferredSettle{h, actual, at})
+	p.deferMu.Unlock()
+}
+
+// retryDeferred replays settlements that failed while the book was down, so
+// no spend is lost once it is back.
+func (p *Pipeline) retryDeferred(ctx context.Context) {
+	p.deferMu.Lock()
+	pending := p.deferred
+	p.deferred = nil
+	p.deferMu.Unlock()
+	for i, d := range pending {
+		if err := p.book.Settle(ctx, d.hold, d.actual, d.at); err != nil {
+			p.deferMu.Lock()
+			p.deferred = append(p.deferred, pending[i:]...)
+			p.deferMu.Unlock()
+			return
+		}
+	}
+}
+
+// Deferred is the number of settlements waiting for the book.
+func (p *Pipeline) Deferred() int {
+	p.deferMu.Lock()
+	defer p.deferMu.Unlock()
+	return len(p.deferred)
 }

@@ -19,8 +19,8 @@ type governance struct {
 	limits  policy.Limits
 	term    policy.TerminationAnswer
 	loop    policy.LoopThresholds
-	ledger  *accounting.Ledger   // the run's own
-	ledgers []*accounting.Ledger // own, then parent's chain, then team windows
+	ledger  string   // the run's own ledger key
+	ledgers []string // own, then parent's chain, then team windows
 	guard   *loopguard.Guard
 	canon   *loopguard.Canonicalizer
 	// budgeted is true when tokens or cost are limited anywhere: only then
@@ -93,8 +93,9 @@ func (p *Pipeline) govern(ctx context.Context, r *runstate.Run, call *Call) (*go
 
 	g := &governance{limits: limits, term: term, loop: loop}
 	lim := granted.Vector
-	g.ledger = accounting.NewLedger("run:"+r.ID, lim, finalReserve(lim, limits.FinalReserve))
-	g.ledgers = []*accounting.Ledger{g.ledger}
+	g.ledger = "run:" + r.ID
+	g.ledgers = []string{g.ledger}
+	specs := []accounting.LedgerSpec{{Key: g.ledger, Limit: lim, FinalReserve: finalReserve(lim, limits.FinalReserve)}}
 	g.budgeted = lim.Tokens > 0 || lim.Cost > 0 || lim.OutputTokens > 0 || lim.InputTokens > 0
 	if r.ParentID != "" {
 		if parent := p.runs.Get(r.ParentID); parent != nil && parent != r {
@@ -106,11 +107,22 @@ func (p *Pipeline) govern(ctx context.Context, r *runstate.Run, call *Call) (*go
 			parent.Mu.Unlock()
 		}
 	}
+	var teamKeys []string
 	for _, w := range windows {
-		l := p.teamLedger(w)
-		g.ledgers = append(g.ledgers, l)
-		wl, _, _ := l.Snapshot()
+		key := "team:" + w.Team + ":" + w.Name
+		wl := budgetOf(w.Limits).Vector
+		specs = append(specs, accounting.LedgerSpec{Key: key, Limit: wl, Period: w.Period})
+		g.ledgers = append(g.ledgers, key)
+		teamKeys = append(teamKeys, key)
 		g.budgeted = g.budgeted || wl.Tokens > 0 || wl.Cost > 0
+	}
+	if err := p.book.Ensure(ctx, specs, p.now()); err != nil {
+		return nil, unavailable{err}
+	}
+	for i, key := range teamKeys { // policy may have changed a window's limit
+		if err := p.book.SetLimit(ctx, key, budgetOf(windows[i].Limits).Vector, accounting.Vector{}); err != nil {
+			return nil, unavailable{err}
+		}
 	}
 	g.canon = p.canonicalizer(loop.VolatileKeys)
 	g.guard = newGuard(g)
@@ -142,25 +154,16 @@ func finalReserve(lim accounting.Vector, frac float64) accounting.Vector {
 	}
 }
 
-func (p *Pipeline) teamLedger(w policy.TeamWindow) *accounting.Ledger {
-	key := "team:" + w.Team + ":" + w.Name
-	p.teamMu.Lock()
-	defer p.teamMu.Unlock()
-	l := p.teamLedgers[key]
-	lim := budgetOf(w.Limits).Vector
-	if l == nil {
-		l = accounting.NewWindowLedger(key, lim, accounting.Vector{}, w.Period, p.now())
-		p.teamLedgers[key] = l
-	} else {
-		l.SetLimit(lim, accounting.Vector{}) // policy may have changed
-	}
-	return l
-}
-
 // badRequest marks an error that is the caller's fault (400).
 type badRequest struct{ error }
 
 func (b badRequest) Unwrap() error { return b.error }
+
+// unavailable marks an error of the ledger book or the store (503): a call
+// that draws on a budget is refused while the book cannot be reached.
+type unavailable struct{ error }
+
+func (u unavailable) Unwrap() error { return u.error }
 
 func newGuard(g *governance) *loopguard.Guard {
 	return loopguard.NewGuard(loopguard.Thresholds{

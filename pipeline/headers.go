@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"context"
 	"math"
 	"strconv"
 	"strings"
@@ -35,7 +36,9 @@ func (p *Pipeline) Headers(t *Turn, set func(name, value string)) {
 	}
 	set(HeaderRunStep, strconv.FormatInt(step, 10))
 	if g := govOf(r); g != nil {
-		set(HeaderBudgetRemaining, remaining(g, r.Remaining(p.now())))
+		if h, err := p.book.Headroom(context.Background(), g.ledgers, true, p.now()); err == nil {
+			set(HeaderBudgetRemaining, remaining(g, h, r.Remaining(p.now())))
+		}
 	}
 	if r.State.Final() && r.Termination != nil {
 		set(HeaderTermination, r.Termination.Reason)
@@ -44,8 +47,7 @@ func (p *Pipeline) Headers(t *Turn, set func(name, value string)) {
 
 // remaining renders steps=3;tokens=12000;cost_usd=0.21;time_ms=40000 for
 // the limited dimensions.
-func remaining(g *governance, left time.Duration) string {
-	h := accounting.Headroom(g.ledgers, true)
+func remaining(g *governance, h accounting.Vector, left time.Duration) string {
 	var b strings.Builder
 	add := func(k, v string) {
 		if b.Len() > 0 {

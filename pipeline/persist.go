@@ -42,10 +42,15 @@ func (p *Pipeline) persist(r *runstate.Run) <-chan error {
 	var ops []store.Op
 	if g != nil {
 		blob.Limits, blob.Term, blob.Loop, blob.Budgeted = g.limits, g.term, g.loop, g.budgeted
-		for _, l := range g.ledgers {
-			blob.Ledgers = append(blob.Ledgers, l.Key())
-			if v, err := json.Marshal(l.State()); err == nil {
-				ops = append(ops, store.Op{Bucket: store.Ledgers, Key: []byte(l.Key()), Value: v})
+		blob.Ledgers = g.ledgers
+		if mb, ok := p.book.(*accounting.MemBook); ok {
+			// A shared book keeps its own state; an in-process one is saved here.
+			for _, key := range g.ledgers {
+				if l := mb.Ledger(key); l != nil {
+					if v, err := json.Marshal(l.State()); err == nil {
+						ops = append(ops, store.Op{Bucket: store.Ledgers, Key: []byte(key), Value: v})
+					}
+				}
 			}
 		}
 		if b, err := g.guard.MarshalBinary(); err == nil {
@@ -76,12 +81,16 @@ func (p *Pipeline) reservationKey(id uint64) []byte {
 	return fmt.Appendf(nil, "%016x-%016x", p.epoch, id)
 }
 
-// trackReservation registers a reservation with the lease sweeper and the store.
-func (p *Pipeline) trackReservation(t *Turn, g *governance, res *accounting.Reservation) {
-	p.opts.Leases.Track(res)
-	if p.opts.Store != nil {
-		t.resKey = p.reservationKey(res.ID())
-		if v, err := json.Marshal(res.State()); err == nil {
+// trackReservation records an in-process hold in the store, so that a
+// restart keeps its budget held until its lease ends.
+func (p *Pipeline) trackReservation(t *Turn, g *governance, h *accounting.Hold) {
+	mb, ok := p.book.(*accounting.MemBook)
+	if p.opts.Store == nil || !ok {
+		return
+	}
+	if st, ok := mb.HoldState(h); ok {
+		t.resKey = p.reservationKey(st.ID)
+		if v, err := json.Marshal(st); err == nil {
 			g.queue(store.Op{Bucket: store.Reservations, Key: t.resKey, Value: v})
 		}
 	}
@@ -140,32 +149,33 @@ func (p *Pipeline) Restore(ctx context.Context) (runs int, err error) {
 	if err != nil {
 		return 0, err
 	}
-	ledgers := map[string]*accounting.Ledger{}
+	mb, _ := p.book.(*accounting.MemBook)
+	if mb == nil {
+		// A shared book restores itself; only runs and lineage come from the store.
+		live = nil
+	}
 	err = st.Scan(store.Ledgers, func(k, v []byte) error {
+		if mb == nil {
+			return nil
+		}
 		var ls accounting.LedgerState
 		if err := json.Unmarshal(v, &ls); err != nil {
 			return fmt.Errorf("ledger %q: %w", k, err)
 		}
 		ls.Reserved = reserved[ls.Key]
-		l := accounting.RestoreLedger(ls)
-		ledgers[ls.Key] = l
-		if len(ls.Key) > 5 && ls.Key[:5] == "team:" {
-			p.teamMu.Lock()
-			p.teamLedgers[ls.Key] = l
-			p.teamMu.Unlock()
-		}
+		mb.Put(accounting.RestoreLedger(ls))
 		return nil
 	})
 	if err != nil {
 		return 0, err
 	}
 	for _, rs := range live {
-		res, err := accounting.RestoreReservation(rs, func(k string) *accounting.Ledger { return ledgers[k] })
+		res, err := accounting.RestoreReservation(rs, mb.Ledger)
 		if err != nil {
 			p.log.Warn("dropping a reservation on restore", "err", err)
 			continue
 		}
-		p.opts.Leases.Track(res)
+		mb.Adopt(res)
 	}
 	err = st.Scan(store.Runs, func(k, v []byte) error {
 		var b runBlob
@@ -182,18 +192,13 @@ func (p *Pipeline) Restore(ctx context.Context) (runs int, err error) {
 		})
 		r := runstate.Restore(b.Run, events, now)
 		g := &governance{limits: b.Limits, term: b.Term, loop: b.Loop, budgeted: b.Budgeted, savedSeq: b.Run.LastEventSeq}
-		for i, key := range b.Ledgers {
-			l := ledgers[key]
-			if l == nil && i == 0 {
-				l = accounting.NewLedger(key, budgetOf(b.Limits).Vector, finalReserve(budgetOf(b.Limits).Vector, b.Limits.FinalReserve))
-				ledgers[key] = l
-			}
-			if l != nil {
-				g.ledgers = append(g.ledgers, l)
-			}
-		}
+		g.ledgers = b.Ledgers
 		if len(g.ledgers) > 0 {
 			g.ledger = g.ledgers[0]
+			lim := budgetOf(b.Limits).Vector
+			// A run ledger missing from the store (never written) starts afresh.
+			_ = p.book.Ensure(ctx, []accounting.LedgerSpec{{Key: g.ledger, Limit: lim,
+				FinalReserve: finalReserve(lim, b.Limits.FinalReserve)}}, now)
 		}
 		g.canon = p.canonicalizer(b.Loop.VolatileKeys)
 		g.guard = newGuard(g)

@@ -38,10 +38,11 @@ func (nopObserver) LoopDetection(string, string)                        {}
 
 // Options wire the pipeline.
 type Options struct {
-	Runs     *runstate.Registry
-	Policy   *policy.Engine
-	Catalog  *accounting.Catalog
-	Leases   *accounting.Leases
+	Runs    *runstate.Registry
+	Policy  *policy.Engine
+	Catalog *accounting.Catalog
+	// Book holds the ledgers: in memory (default) or shared (Redis).
+	Book     accounting.Book
 	Observer Observer
 	// Store, when set, receives every run change (DESIGN §9).
 	Store  store.Store
@@ -57,6 +58,7 @@ type Options struct {
 // Pipeline is the core. It is safe for concurrent use.
 type Pipeline struct {
 	opts    Options
+	book    accounting.Book
 	runs    *runstate.Registry
 	pol     *policy.Engine
 	catalog *accounting.Catalog
@@ -64,15 +66,14 @@ type Pipeline struct {
 	log     *slog.Logger
 	now     func() time.Time
 
-	// teamLedgers are the org-wide windows, shared by every run of a team.
-	teamMu      sync.Mutex
-	teamLedgers map[string]*accounting.Ledger
-
 	canonMu sync.Mutex
 	canons  map[string]*loopguard.Canonicalizer
 
 	// epoch tells this process's reservation ids from a previous one's.
 	epoch int64
+
+	deferMu  sync.Mutex
+	deferred []deferredSettle
 }
 
 // New builds a pipeline.
@@ -93,8 +94,8 @@ func New(o Options) *Pipeline {
 	if o.Catalog == nil {
 		o.Catalog = accounting.DefaultCatalog()
 	}
-	if o.Leases == nil {
-		o.Leases = &accounting.Leases{}
+	if o.Book == nil {
+		o.Book = accounting.NewMemBook()
 	}
 	if o.UpstreamTimeout <= 0 {
 		o.UpstreamTimeout = 10 * time.Minute
@@ -103,11 +104,10 @@ func New(o Options) *Pipeline {
 		o.Lease = 15 * time.Minute
 	}
 	return &Pipeline{
-		opts: o, runs: o.Runs, pol: o.Policy, catalog: o.Catalog, obs: o.Observer,
+		opts: o, book: o.Book, runs: o.Runs, pol: o.Policy, catalog: o.Catalog, obs: o.Observer,
 		log: o.Logger, now: o.Now,
-		teamLedgers: map[string]*accounting.Ledger{},
-		canons:      map[string]*loopguard.Canonicalizer{},
-		epoch:       time.Now().UnixNano(),
+		canons: map[string]*loopguard.Canonicalizer{},
+		epoch:  time.Now().UnixNano(),
 	}
 }
 
@@ -119,7 +119,13 @@ func (p *Pipeline) Catalog() *accounting.Catalog { return p.catalog }
 
 // SweepLeases releases reservations whose calls never came back; call it
 // periodically.
-func (p *Pipeline) SweepLeases() int { return p.opts.Leases.Sweep(p.now()) }
+func (p *Pipeline) SweepLeases() int {
+	n, err := p.book.Sweep(context.Background(), p.now())
+	if err != nil {
+		p.log.Warn("sweeping leases failed", "err", err)
+	}
+	return n
+}
 
 // RunSweeper sweeps leases every interval until ctx ends.
 func (p *Pipeline) RunSweeper(ctx context.Context, every time.Duration) {
@@ -130,6 +136,7 @@ func (p *Pipeline) RunSweeper(ctx context.Context, every time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			p.retryDeferred(ctx)
 			p.SweepLeases()
 		}
 	}
