@@ -77,6 +77,7 @@ func TestSpineBadInputAndFaults(t *testing.T) {
 		exact    string // fixture the answer must equal byte for byte
 		calls    int    // upstream calls wanted; -1 for any
 		runHdrs  bool   // a model call that reached admission carries the run headers
+		known    string // a known gateway bug this case exposes, logged when it fails
 	}{
 		{desc: "malformed JSON, chat", route: "/v1/chat/completions", body: []byte(`{"model":"gpt-4o","messages":[`), status: 400, provider: "openai"},
 		{desc: "malformed JSON, responses", route: "/v1/responses", body: []byte(`{"model":`), status: 400, provider: "openai"},
@@ -85,7 +86,10 @@ func TestSpineBadInputAndFaults(t *testing.T) {
 		{desc: "body over the limit with Content-Length, chat", route: "/v1/chat/completions", raw: "length", status: 413, provider: "openai"},
 		{desc: "body over the limit with Content-Length, messages", route: "/v1/messages", raw: "length", status: 413, provider: "anthropic"},
 		{desc: "body over the limit chunked, chat", route: "/v1/chat/completions", raw: "chunked", status: 413, provider: "openai"},
-		{desc: "body over the limit chunked, messages", route: "/v1/messages", raw: "chunked", status: 413, provider: "anthropic"},
+		{desc: "body over the limit chunked, messages", route: "/v1/messages", raw: "chunked", status: 413, provider: "anthropic",
+			known: "GATEWAY BUG (open): when a chunked body exceeds MaxRequestBodySize, fasthttp's Request.ReadBody calls req.Reset() " +
+				"before the ErrorHandler runs, so proxy.handleError sees no path and no anthropic-version header and answers in OpenAI format " +
+				"(with Content-Length the limit is checked before the body is read and the request survives)"},
 		{desc: "unknown route", route: "/nope", method: http.MethodGet, status: 404, provider: "openai"},
 		{desc: "unknown route, POST outside /v1", route: "/v2/chat/completions", body: spChatBody(false, ""), status: 404, provider: "openai"},
 		{desc: "unknown route, anthropic caller", route: "/v2/messages", body: spMessagesBody(false), hdr: anthHdr, status: 404, provider: "anthropic"},
@@ -107,6 +111,13 @@ func TestSpineBadInputAndFaults(t *testing.T) {
 	} {
 		t.Run(tc.desc, func(t *testing.T) {
 			t.Parallel()
+			if tc.known != "" {
+				t.Cleanup(func() {
+					if t.Failed() {
+						t.Log(tc.known)
+					}
+				})
+			}
 			handler := tc.upstream
 			if handler == nil {
 				handler = func(w http.ResponseWriter, _ *http.Request, _ []byte) {
@@ -399,6 +410,7 @@ func TestSpineLongStreamChunkByChunk(t *testing.T) {
 		desc, route string
 		body        []byte
 		pre, post   string
+		end         string // the stream's last event, as the client must see it
 		event       func(i int) string
 	}{
 		{
@@ -410,6 +422,7 @@ func TestSpineLongStreamChunkByChunk(t *testing.T) {
 			post: `data: {"id":"chatcmpl-long","object":"chat.completion.chunk","created":1,"model":"gpt-4o","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}` + "\n\n" +
 				`data: {"id":"chatcmpl-long","object":"chat.completion.chunk","created":1,"model":"gpt-4o","choices":[],"usage":{"prompt_tokens":12,"completion_tokens":60,"total_tokens":72}}` + "\n\n" +
 				"data: [DONE]\n\n",
+			end: "data: [DONE]\n\n",
 		},
 		{
 			desc: "anthropic messages", route: "/v1/messages", body: spMessagesBody(true),
@@ -421,6 +434,7 @@ func TestSpineLongStreamChunkByChunk(t *testing.T) {
 			post: "event: content_block_stop\n" + `data: {"type":"content_block_stop","index":0}` + "\n\n" +
 				"event: message_delta\n" + `data: {"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":60}}` + "\n\n" +
 				"event: message_stop\n" + `data: {"type":"message_stop"}` + "\n\n",
+			end: "event: message_stop\n" + `data: {"type":"message_stop"}` + "\n\n",
 		},
 	} {
 		t.Run(tc.desc, func(t *testing.T) {
@@ -503,8 +517,8 @@ func TestSpineLongStreamChunkByChunk(t *testing.T) {
 			elapsed := time.Since(start)
 			mu.Lock()
 			defer mu.Unlock()
-			if seen != chunks || !strings.Contains(all.String(), strings.TrimSpace(tc.post)) {
-				t.Fatalf("after %v: %d of %d chunks, stream end %t", elapsed, seen, chunks, strings.Contains(all.String(), strings.TrimSpace(tc.post)))
+			if seen != chunks || !strings.HasSuffix(all.String(), tc.end) {
+				t.Fatalf("after %v: %d of %d chunks, stream ends with %q", elapsed, seen, chunks, all.String()[max(all.Len()-120, 0):])
 			}
 			if len(late) > 0 {
 				t.Fatalf("chunks %v did not reach the client before the upstream's next chunk (buffered)", late)
