@@ -1,0 +1,15 @@
+// Package anthropic is the wire codec for Anthropic's Messages API
+// (POST /v1/messages): it reads the few request fields the gateway governs
+// by, caps max_tokens, rewrites a request into the run's wrap-up call, reads
+// usage, tool calls and stop reasons from responses and from SSE streams on
+// the side, and renders synthetic final answers and errors in Anthropic's
+// own format so that unmodified clients (the official SDKs included) accept
+// them.
+//
+// It owns the Messages wire format only. It must not touch budgets, policy,
+// run state or any transport: no fasthttp, gRPC or net/http imports, so the
+// HTTP proxy and Envoy ext_proc reuse it unchanged. It never unmarshals a
+// whole body: requests run to hundreds of kilobytes and are read on every
+// call, so fields are picked with gjson and edited with sjson, and a stream
+// is relayed byte for byte while it is read.
+package anthropic

@@ -1,0 +1,152 @@
+package anthropic
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+
+	"github.com/haltline/haltline/wire"
+)
+
+// minThinkingBudget is Anthropic's smallest thinking.budget_tokens.
+const minThinkingBudget = 1024
+
+// PrepareUpstream caps max_tokens at maxOutput (Anthropic requires the
+// field, so it is set when absent). The body is returned as it is, same
+// slice, when nothing changes; otherwise a new slice, body is never written.
+func (Messages) PrepareUpstream(body []byte, _ *wire.Request, maxOutput int64) ([]byte, error) {
+	if maxOutput <= 0 {
+		return body, nil
+	}
+	return capMaxTokens(body, maxOutput)
+}
+
+// capMaxTokens lowers max_tokens to maxOutput and keeps an extended-thinking
+// budget below it, since Anthropic rejects budget_tokens >= max_tokens.
+func capMaxTokens(body []byte, maxOutput int64) ([]byte, error) {
+	s := view(body)
+	mt := gjson.Get(s, "max_tokens")
+	if mt.Type == gjson.Number && mt.Int() > 0 && mt.Int() <= maxOutput {
+		return body, nil
+	}
+	out, err := sjson.SetRawBytes(body, "max_tokens", strconv.AppendInt(nil, maxOutput, 10))
+	if err != nil {
+		return body, err
+	}
+	return fitThinking(out, maxOutput)
+}
+
+// fitThinking keeps thinking.budget_tokens under maxTokens: halved while
+// that stays at Anthropic's minimum, else thinking is turned off (the API
+// accepts earlier thinking blocks in the history with thinking disabled).
+// An adaptive or disabled thinking setting has no budget to fit.
+func fitThinking(body []byte, maxTokens int64) ([]byte, error) {
+	th := gjson.Get(view(body), "thinking")
+	if th.Get("type").Str != "enabled" || th.Get("budget_tokens").Int() < maxTokens {
+		return body, nil
+	}
+	if b := maxTokens / 2; b >= minThinkingBudget {
+		return sjson.SetRawBytes(body, "thinking.budget_tokens", strconv.AppendInt(nil, b, 10))
+	}
+	return sjson.DeleteBytes(body, "thinking")
+}
+
+// WrapUp rewrites a request as the run's wrap-up call.
+//
+// Tools: Anthropic rejects a request whose history holds tool_use or
+// tool_result blocks but defines no tools ("Requests which include tool_use
+// or tool_result blocks must define tools", anthropics/anthropic-sdk-python
+// #494), and a wrap-up comes, nearly always, in the middle of a tool loop.
+// So when the history holds such blocks the tools stay and tool_choice
+// becomes {"type":"none"}: the model cannot call any of them, which is what
+// "no call beyond the working budget carries tools" needs. Without tool
+// blocks, tools and tool_choice are removed.
+//
+// Instruction: appended as user text keeping the user/assistant alternation.
+// After a user message it becomes a text block at the end of that message's
+// content (text after tool_result blocks is valid); after an assistant
+// message, or in an empty history, a new user message. An instruction of
+// white space only is not appended, since Anthropic rejects blank text.
+func (Messages) WrapUp(body []byte, _ *wire.Request, instruction string, maxOutput int64) ([]byte, error) {
+	s := view(body)
+	if !gjson.Valid(s) {
+		return nil, ErrNotObject
+	}
+	root := gjson.Parse(s)
+	if !root.IsObject() {
+		return nil, ErrNotObject
+	}
+	msgs := root.Get("messages")
+	if !msgs.IsArray() {
+		return nil, ErrNoMessages
+	}
+	var (
+		n          int
+		last       gjson.Result
+		toolBlocks bool
+	)
+	msgs.ForEach(func(_, m gjson.Result) bool {
+		n++
+		last = m
+		if !toolBlocks {
+			m.Get("content").ForEach(func(_, b gjson.Result) bool {
+				t := b.Get("type").Str
+				toolBlocks = strings.HasSuffix(t, "tool_use") || strings.HasSuffix(t, "tool_result")
+				return !toolBlocks
+			})
+		}
+		return true
+	})
+
+	out := body
+	var err error
+	edit := func(f func([]byte) ([]byte, error)) {
+		if err == nil {
+			out, err = f(out)
+		}
+	}
+	if toolBlocks && nonEmptyArray(root.Get("tools")) {
+		edit(func(b []byte) ([]byte, error) { return sjson.SetRawBytes(b, "tool_choice", []byte(`{"type":"none"}`)) })
+	} else {
+		if root.Get("tools").Exists() {
+			edit(func(b []byte) ([]byte, error) { return sjson.DeleteBytes(b, "tools") })
+		}
+		if root.Get("tool_choice").Exists() {
+			edit(func(b []byte) ([]byte, error) { return sjson.DeleteBytes(b, "tool_choice") })
+		}
+	}
+
+	if strings.TrimSpace(instruction) != "" {
+		block := appendJSONString([]byte(`{"type":"text","text":`), instruction)
+		block = append(block, '}')
+		if n > 0 && last.Get("role").Str == "user" {
+			path := "messages." + strconv.Itoa(n-1) + ".content"
+			content := last.Get("content")
+			switch {
+			case content.IsArray():
+				edit(func(b []byte) ([]byte, error) { return sjson.SetRawBytes(b, path+".-1", block) })
+			case content.Type == gjson.String && strings.TrimSpace(content.Str) != "":
+				// String content becomes a block array, the old text first.
+				arr := append([]byte(`[{"type":"text","text":`), content.Raw...)
+				arr = append(append(append(arr, "},"...), block...), ']')
+				edit(func(b []byte) ([]byte, error) { return sjson.SetRawBytes(b, path, arr) })
+			default:
+				arr := append(append([]byte{'['}, block...), ']')
+				edit(func(b []byte) ([]byte, error) { return sjson.SetRawBytes(b, path, arr) })
+			}
+		} else {
+			msg := append(append([]byte(`{"role":"user","content":[`), block...), "]}"...)
+			edit(func(b []byte) ([]byte, error) { return sjson.SetRawBytes(b, "messages.-1", msg) })
+		}
+	}
+
+	if maxOutput > 0 {
+		edit(func(b []byte) ([]byte, error) { return capMaxTokens(b, maxOutput) })
+	}
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}

@@ -1,0 +1,308 @@
+package anthropic
+
+import (
+	"strconv"
+	"strings"
+	"unicode/utf16"
+	"unicode/utf8"
+	"unsafe"
+)
+
+// view returns b as a string without copying, for gjson to read. The string
+// must not outlive b nor be retained: every string the package keeps is
+// copied out (see span), because the caller's buffers are reused.
+func view(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(unsafe.SliceData(b), len(b))
+}
+
+// alias returns the bytes of a string that gjson sliced out of a view of a
+// caller's body, without copying; the result is read-only.
+func alias(s string) []byte {
+	if s == "" {
+		return nil
+	}
+	return unsafe.Slice(unsafe.StringData(s), len(s))
+}
+
+// strBody returns the inside of a JSON string literal (raw with its quotes).
+func strBody(raw string) string {
+	if len(raw) >= 2 && raw[0] == '"' && raw[len(raw)-1] == '"' {
+		return raw[1 : len(raw)-1]
+	}
+	return ""
+}
+
+// appendUnescaped appends the JSON string body s (no quotes) unescaped. It
+// mirrors gjson's unescape, so text decoded here equals gjson's Str, while
+// appending into a reused buffer instead of allocating a string per value.
+// Both sides of a text hash (request history, response body or stream)
+// decode through it, so they agree even on odd escapes.
+func appendUnescaped(dst []byte, s string) []byte {
+	for len(s) > 0 {
+		i := strings.IndexByte(s, '\\')
+		if i < 0 {
+			return appendPlain(dst, s)
+		}
+		dst = appendPlain(dst, s[:i])
+		if i+1 >= len(s) {
+			return dst
+		}
+		c := s[i+1]
+		s = s[i+2:]
+		switch c {
+		case '"', '\\', '/':
+			dst = append(dst, c)
+		case 'b':
+			dst = append(dst, '\b')
+		case 'f':
+			dst = append(dst, '\f')
+		case 'n':
+			dst = append(dst, '\n')
+		case 'r':
+			dst = append(dst, '\r')
+		case 't':
+			dst = append(dst, '\t')
+		case 'u':
+			if len(s) < 4 {
+				return dst
+			}
+			r := hex4(s)
+			s = s[4:]
+			if r >= 0xD800 && r < 0xDC00 && len(s) >= 6 && s[0] == '\\' && s[1] == 'u' {
+				if r2 := hex4(s[2:]); r2 >= 0xDC00 && r2 < 0xE000 {
+					r = utf16.DecodeRune(r, r2)
+					s = s[6:]
+				}
+			}
+			dst = utf8.AppendRune(dst, r)
+		default:
+			return dst
+		}
+	}
+	return dst
+}
+
+// appendPlain appends unescaped string bytes, stopping at a control byte as
+// gjson does (valid JSON has none).
+func appendPlain(dst []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if s[i] < ' ' {
+			return append(dst, s[:i]...)
+		}
+	}
+	return append(dst, s...)
+}
+
+func hex4(s string) rune {
+	n, _ := strconv.ParseUint(s[:4], 16, 32)
+	return rune(n)
+}
+
+// appendJSONString appends s as a JSON string literal. Invalid UTF-8 becomes
+// U+FFFD, as encoding/json does, so the output is always valid JSON.
+func appendJSONString(dst []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= ' ' && c != '"' && c != '\\' {
+				i++
+				continue
+			}
+			dst = append(dst, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				dst = append(dst, '\\', c)
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xF])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && n == 1 {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, `\ufffd`...)
+			i += n
+			start = i
+			continue
+		}
+		i += n
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}
+
+// head returns at most n bytes of b as a string, cut back to a rune boundary
+// so the partial result stays valid UTF-8.
+func head(b []byte, n int) string {
+	if len(b) <= n {
+		return string(b)
+	}
+	cut := n
+	for cut > 0 && cut > n-utf8.UTFMax && !utf8.RuneStart(b[cut]) {
+		cut--
+	}
+	return string(b[:cut])
+}
+
+// span is where one kept string lies in a request's string buffer: the
+// small strings a parse keeps (model, ids) are gathered in one buffer and
+// converted to one string, a single allocation instead of one per id.
+type span struct{ from, to int32 }
+
+// addSpan appends s to buf and returns where it lies.
+func addSpan(buf []byte, s string) ([]byte, span) {
+	from := len(buf)
+	buf = append(buf, s...)
+	return buf, span{int32(from), int32(len(buf))}
+}
+
+func (sp span) of(s string) string { return s[sp.from:sp.to] }
+
+// members calls fn with the key (its raw text between the quotes) and the
+// raw value of each member of the JSON object obj, until fn returns false.
+// It reports whether obj is a well-formed object at its top level (nested
+// values are only delimited, not validated). Unlike gjson's ForEach it never
+// decodes a value, so skipping a long string (a system prompt, a pasted
+// file) costs no allocation; strings are skipped with IndexByte.
+func members(obj string, fn func(key, val string) bool) bool {
+	i := skipWS(obj, 0)
+	if i >= len(obj) || obj[i] != '{' {
+		return false
+	}
+	i = skipWS(obj, i+1)
+	if i < len(obj) && obj[i] == '}' {
+		return skipWS(obj, i+1) == len(obj)
+	}
+	for {
+		if i >= len(obj) || obj[i] != '"' {
+			return false
+		}
+		end := skipString(obj, i)
+		if end < 0 {
+			return false
+		}
+		key := obj[i+1 : end-1]
+		i = skipWS(obj, end)
+		if i >= len(obj) || obj[i] != ':' {
+			return false
+		}
+		i = skipWS(obj, i+1)
+		vend := skipValue(obj, i)
+		if vend <= i {
+			return false
+		}
+		if !fn(key, obj[i:vend]) {
+			return true
+		}
+		i = skipWS(obj, vend)
+		if i >= len(obj) {
+			return false
+		}
+		switch obj[i] {
+		case '}':
+			return skipWS(obj, i+1) == len(obj)
+		case ',':
+			i = skipWS(obj, i+1)
+		default:
+			return false
+		}
+	}
+}
+
+// rawMember returns the raw JSON of the top-level member key of object obj,
+// or "" when absent or malformed. gjson's Get unescapes a string value into
+// a new string; the tap needs the raw literal to unescape into its own
+// buffers without an allocation per delta.
+func rawMember(obj, key string) string {
+	var raw string
+	members(obj, func(k, v string) bool {
+		if k == key {
+			raw = v
+			return false
+		}
+		return true
+	})
+	return raw
+}
+
+func skipWS(s string, i int) int {
+	for i < len(s) && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipString returns the index after the string literal starting at s[i]
+// (a quote), or -1.
+func skipString(s string, i int) int {
+	for j := i + 1; j < len(s); {
+		k := strings.IndexByte(s[j:], '"')
+		if k < 0 {
+			return -1
+		}
+		j += k
+		// The quote ends the string unless an odd run of backslashes
+		// escapes it.
+		n := 0
+		for p := j - 1; p > i && s[p] == '\\'; p-- {
+			n++
+		}
+		if n%2 == 0 {
+			return j + 1
+		}
+		j++
+	}
+	return -1
+}
+
+// skipValue returns the index after the JSON value starting at s[i], or -1.
+func skipValue(s string, i int) int {
+	if i >= len(s) {
+		return -1
+	}
+	switch s[i] {
+	case '"':
+		return skipString(s, i)
+	case '{', '[':
+		depth := 0
+		for j := i; j < len(s); j++ {
+			switch s[j] {
+			case '"':
+				e := skipString(s, j)
+				if e < 0 {
+					return -1
+				}
+				j = e - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return j + 1
+				}
+			}
+		}
+		return -1
+	}
+	for j := i; j < len(s); j++ {
+		switch s[j] {
+		case ',', '}', ']', ' ', '\t', '\n', '\r':
+			return j
+		}
+	}
+	return len(s)
+}
