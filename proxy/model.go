@@ -25,10 +25,15 @@ func (s *Server) model(ctx *fasthttp.RequestCtx, codec wire.Codec, prov *config.
 			Body: codec.ErrorBody(wire.ErrAuthentication, "unknown API key", nil)})
 		return
 	}
+	body, ok := readBody(ctx, s.o.Limits.MaxBodyBytes)
+	if !ok {
+		tooLarge(ctx, codec)
+		return
+	}
 	h := &ctx.Request.Header
 	call := &pipeline.Call{
 		API:         codec.API(),
-		Body:        ctx.PostBody(),
+		Body:        body,
 		RunID:       string(h.Peek("X-Run-Id")),
 		SessionID:   string(h.Peek("X-Session-Id")),
 		AgentID:     string(h.Peek("X-Agent-Id")),

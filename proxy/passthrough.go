@@ -31,11 +31,17 @@ func (s *Server) passThrough(ctx *fasthttp.RequestCtx) {
 	if q := ctx.URI().QueryString(); len(q) > 0 {
 		url += "?" + string(q)
 	}
+	// The body is read before the hang-up watch starts: both read the socket.
+	raw, ok := readBody(ctx, s.o.Limits.MaxBodyBytes)
+	if !ok {
+		tooLarge(ctx, codec)
+		return
+	}
 	callCtx, cancel := context.WithTimeout(context.Background(), s.o.Limits.UpstreamTimeout)
 	stopWatch := watchHangup(ctx.Conn(), cancel)
 	var body io.Reader
-	if b := ctx.PostBody(); len(b) > 0 {
-		body = bytes.NewReader(b)
+	if len(raw) > 0 {
+		body = bytes.NewReader(raw)
 	}
 	req, err := http.NewRequestWithContext(callCtx, string(ctx.Method()), url, body)
 	if err != nil {

@@ -1,8 +1,10 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -71,9 +73,13 @@ func New(o Options) *Server {
 	}
 	s := &Server{o: o, p: o.Pipeline, client: o.Client, log: o.Logger, creds: Credentials(o.VirtualKeys)}
 	s.srv = &fasthttp.Server{
-		Handler:               s.Handle,
-		ErrorHandler:          s.handleError,
-		MaxRequestBodySize:    int(o.Limits.MaxBodyBytes),
+		Handler:            s.Handle,
+		ErrorHandler:       s.handleError,
+		MaxRequestBodySize: int(o.Limits.MaxBodyBytes),
+		// Bodies are read by the handler (readBody), so an oversized one is
+		// refused in the caller's provider format, chunked or not: fasthttp
+		// itself would reset the request and lose which API it was for.
+		StreamRequestBody:     true,
 		ReadTimeout:           5 * time.Minute, // reading one request, body included
 		WriteTimeout:          0,               // never cut a long stream
 		IdleTimeout:           2 * time.Minute,
@@ -171,4 +177,34 @@ func Credentials(keys map[string]config.Principal) pipeline.Credentials {
 		}
 	}
 	return c
+}
+
+// readBody reads the request body up to the limit; ok is false when it is
+// larger (the connection is then closed: the rest is never read).
+func readBody(ctx *fasthttp.RequestCtx, limit int64) (body []byte, ok bool) {
+	if !ctx.Request.IsBodyStream() {
+		b := ctx.PostBody()
+		return b, int64(len(b)) <= limit
+	}
+	n := ctx.Request.Header.ContentLength()
+	if int64(n) > limit {
+		ctx.SetConnectionClose()
+		return nil, false
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, max(n, 0)+1))
+	if _, err := buf.ReadFrom(io.LimitReader(ctx.RequestBodyStream(), limit+1)); err != nil {
+		ctx.SetConnectionClose()
+		return nil, false
+	}
+	if int64(buf.Len()) > limit {
+		ctx.SetConnectionClose()
+		return nil, false
+	}
+	return buf.Bytes(), true
+}
+
+// tooLarge answers 413 in the provider's format.
+func tooLarge(ctx *fasthttp.RequestCtx, codec wire.Codec) {
+	writeAnswer(ctx, &pipeline.Answer{Status: 413, ContentType: "application/json",
+		Body: codec.ErrorBody(wire.ErrTooLarge, "request body exceeds the gateway's limit", nil)})
 }
