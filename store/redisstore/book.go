@@ -1,0 +1,402 @@
+package redisstore
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/haltline/haltline/accounting"
+	"github.com/redis/go-redis/v9"
+)
+
+// DefaultPrefix starts every key this package writes.
+const DefaultPrefix = "haltline:"
+
+// SweptTTL is how long a swept hold is kept as a tombstone, so that a late
+// Settle still books what the call really spent. Sweeps are rare (a call
+// that outlived its lease), so tombstones cost little; a Settle later than
+// this is not booked.
+const SweptTTL = 24 * time.Hour
+
+// sweepBatch bounds the holds one sweep script releases, so that a backlog
+// never blocks Redis for long; Sweep loops until the backlog is gone.
+const sweepBatch = 256
+
+// Book is an accounting.Book whose ledgers and holds live in Redis, shared
+// by every replica that uses the same server and prefix. Each operation is
+// one Lua script (EVALSHA, falling back to EVAL when the server lost its
+// script cache), so it is atomic with respect to every other replica.
+type Book struct {
+	rdb    redis.UniversalClient
+	prefix string
+	holds  string // sorted set of hold ids by expiry (µs)
+	conn   *shared
+}
+
+var _ accounting.Book = (*Book)(nil)
+
+// NewBook returns a Book on rdb with every key under prefix (DefaultPrefix
+// when empty). The caller keeps ownership of rdb.
+func NewBook(rdb redis.UniversalClient, prefix string) *Book {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	return &Book{rdb: rdb, prefix: prefix, holds: prefix + "holds"}
+}
+
+func (b *Book) ledgerKey(key string) string { return b.prefix + "ledger:" + key }
+func (b *Book) holdPrefix() string          { return b.prefix + "hold:" }
+
+// Close releases the client if Open made it and the Store is closed too.
+func (b *Book) Close() error { return b.conn.release() }
+
+// Shared implements accounting.Book: the ledgers live in Redis, so the
+// pipeline must not persist them itself.
+func (b *Book) Shared() bool { return true }
+
+// dims lists a vector's dimensions in the order of the hash fields.
+func dims(v accounting.Vector) [6]int64 {
+	return [6]int64{v.Steps, v.Tokens, v.InputTokens, v.OutputTokens, v.ToolCalls, int64(v.Cost)}
+}
+
+func vector(d [6]int64) accounting.Vector {
+	return accounting.Vector{Steps: d[0], Tokens: d[1], InputTokens: d[2], OutputTokens: d[3], ToolCalls: d[4], Cost: accounting.Money(d[5])}
+}
+
+var dimNames = [6]string{
+	accounting.DimSteps, accounting.DimTokens, accounting.DimInputTokens,
+	accounting.DimOutputTokens, accounting.DimToolCalls, accounting.DimCost,
+}
+
+// appendDims appends the six amounts as decimal strings, negatives as 0
+// when nonNeg (a negative want or actual would hand back budget never
+// taken, as in accounting).
+func appendDims(args []any, v accounting.Vector, nonNeg bool) []any {
+	for _, x := range dims(v) {
+		if nonNeg {
+			x = max(x, 0)
+		}
+		args = append(args, strconv.FormatInt(x, 10))
+	}
+	return args
+}
+
+func nonNegVector(v accounting.Vector) accounting.Vector {
+	d := dims(v)
+	for i := range d {
+		d[i] = max(d[i], 0)
+	}
+	return vector(d)
+}
+
+// micros is now in Unix microseconds for the scripts, or "" for the zero
+// time (no window roll), as accounting treats it.
+func micros(now time.Time) string {
+	if now.IsZero() {
+		return ""
+	}
+	return strconv.FormatInt(now.UnixMicro(), 10)
+}
+
+// periodMicros is a window's period in whole microseconds (at least one):
+// the scripts compute windows in µs so that times stay exact doubles.
+func periodMicros(p time.Duration) int64 {
+	if p <= 0 {
+		return 0
+	}
+	return max(int64(p/time.Microsecond), 1)
+}
+
+// windowStart is the start of the window holding t, aligned to the epoch.
+func windowStart(t, period int64) int64 {
+	s := t - t%period
+	if t < 0 && t%period != 0 {
+		s -= period
+	}
+	return s
+}
+
+// newHoldID is 128 random bits: unique across replicas without a shared
+// counter (and so without an extra round trip).
+func newHoldID() string {
+	var b [16]byte
+	u, v := rand.Uint64(), rand.Uint64()
+	for i := range 8 {
+		b[i], b[8+i] = byte(u>>(8*i)), byte(v>>(8*i))
+	}
+	return hex.EncodeToString(b[:])
+}
+
+// Ensure implements accounting.Book in one script: ledgers that exist keep
+// their state and limits, whoever created them.
+func (b *Book) Ensure(ctx context.Context, specs []accounting.LedgerSpec, now time.Time) error {
+	if len(specs) == 0 {
+		return nil
+	}
+	keys := make([]string, 0, len(specs))
+	args := make([]any, 0, 14*len(specs))
+	seen := make(map[string]bool, len(specs))
+	for _, s := range specs {
+		if seen[s.Key] {
+			continue // the first spec of a key wins, as in MemBook
+		}
+		seen[s.Key] = true
+		keys = append(keys, b.ledgerKey(s.Key))
+		p, ws := periodMicros(s.Period), int64(0)
+		if p > 0 {
+			ws = windowStart(now.UnixMicro(), p)
+		}
+		args = append(args, strconv.FormatInt(p, 10), strconv.FormatInt(ws, 10))
+		args = appendDims(args, s.Limit, false)
+		args = appendDims(args, s.FinalReserve, true)
+	}
+	if err := ensureScript.Run(ctx, b.rdb, keys, args...).Err(); err != nil {
+		return fmt.Errorf("redis book: ensure: %w", err)
+	}
+	return nil
+}
+
+// Reserve implements accounting.Book: one script checks every ledger (after
+// rolling windows) and holds want on all of them or on none. Unknown keys
+// are ignored and a key given twice counts once, as in MemBook.
+func (b *Book) Reserve(ctx context.Context, keys []string, want accounting.Vector, useFinalReserve bool, lease time.Duration, now time.Time) (*accounting.Hold, *accounting.Shortfall, error) {
+	if lease <= 0 {
+		lease = accounting.DefaultLease
+	}
+	want = nonNegVector(want)
+	distinct := dedupe(keys)
+	id := newHoldID()
+	expires := now.Add(lease)
+
+	var kbuf [8]string
+	rkeys := append(kbuf[:0], b.holds, b.holdPrefix()+id)
+	for _, k := range distinct {
+		rkeys = append(rkeys, b.ledgerKey(k))
+	}
+	fr := "0"
+	if useFinalReserve {
+		fr = "1"
+	}
+	var abuf [10]any
+	args := append(abuf[:0], micros(now), fr, strconv.FormatInt(expires.UnixMicro(), 10), id)
+	args = appendDims(args, want, true)
+
+	res, err := reserveScript.Run(ctx, b.rdb, rkeys, args...).Slice()
+	if err != nil {
+		return nil, nil, fmt.Errorf("redis book: reserve: %w", err)
+	}
+	if len(res) == 4 {
+		if ok, _ := res[0].(int64); ok == 0 {
+			i, _ := res[1].(int64)
+			d, _ := res[2].(int64)
+			s, _ := res[3].(string)
+			left, perr := strconv.ParseInt(s, 10, 64)
+			if i < 1 || int(i) > len(distinct) || d < 1 || d > 6 || perr != nil {
+				return nil, nil, fmt.Errorf("redis book: reserve: malformed shortfall %v", res)
+			}
+			return nil, &accounting.Shortfall{
+				Ledger: distinct[i-1], Dimension: dimNames[d-1], Need: dims(want)[d-1], Left: left,
+			}, nil
+		}
+	}
+	if len(res) != 1 {
+		return nil, nil, fmt.Errorf("redis book: reserve: unexpected reply %v", res)
+	}
+	return &accounting.Hold{ID: id, Keys: keys, Want: want, Expires: expires}, nil, nil
+}
+
+// dedupe returns keys without repeats, first occurrence first; it does not
+// allocate when there is nothing to drop.
+func dedupe(keys []string) []string {
+	for i := 1; i < len(keys); i++ {
+		for j := range i {
+			if keys[i] == keys[j] {
+				out := make([]string, 0, len(keys))
+			next:
+				for _, k := range keys {
+					for _, o := range out {
+						if o == k {
+							continue next
+						}
+					}
+					out = append(out, k)
+				}
+				return out
+			}
+		}
+	}
+	return keys
+}
+
+// Settle implements accounting.Book: exactly once per hold, and after a
+// sweep it still books the actual spend (without returning anything twice).
+func (b *Book) Settle(ctx context.Context, h *accounting.Hold, actual accounting.Vector, now time.Time) error {
+	if h == nil || h.ID == "" {
+		return nil
+	}
+	var abuf [8]any
+	args := append(abuf[:0], micros(now), h.ID)
+	args = appendDims(args, actual, true)
+	if err := settleScript.Run(ctx, b.rdb, []string{b.holds, b.holdPrefix() + h.ID}, args...).Err(); err != nil {
+		return fmt.Errorf("redis book: settle: %w", err)
+	}
+	return nil
+}
+
+// Release implements accounting.Book: exactly once, and not after a sweep.
+func (b *Book) Release(ctx context.Context, h *accounting.Hold) error {
+	if h == nil || h.ID == "" {
+		return nil
+	}
+	if err := releaseScript.Run(ctx, b.rdb, []string{b.holds, b.holdPrefix() + h.ID}, h.ID).Err(); err != nil {
+		return fmt.Errorf("redis book: release: %w", err)
+	}
+	return nil
+}
+
+// Sweep implements accounting.Book. Every hold is released by exactly one
+// script run, so replicas may sweep at the same time.
+func (b *Book) Sweep(ctx context.Context, now time.Time) (int, error) {
+	total := 0
+	for {
+		res, err := sweepScript.Run(ctx, b.rdb, []string{b.holds},
+			strconv.FormatInt(now.UnixMicro(), 10), b.holdPrefix(), sweepBatch, SweptTTL.Milliseconds()).Int64Slice()
+		if err != nil {
+			return total, fmt.Errorf("redis book: sweep: %w", err)
+		}
+		if len(res) != 2 {
+			return total, fmt.Errorf("redis book: sweep: unexpected reply %v", res)
+		}
+		total += int(res[0])
+		if res[1] < sweepBatch {
+			return total, nil
+		}
+	}
+}
+
+// SetLimit implements accounting.Book; a missing ledger stays missing.
+func (b *Book) SetLimit(ctx context.Context, key string, limit, finalReserve accounting.Vector) error {
+	args := make([]any, 0, 12)
+	args = appendDims(args, limit, false)
+	args = appendDims(args, finalReserve, true)
+	if err := setLimitScript.Run(ctx, b.rdb, []string{b.ledgerKey(key)}, args...).Err(); err != nil {
+		return fmt.Errorf("redis book: set limit: %w", err)
+	}
+	return nil
+}
+
+// ledgerFields are read by Snapshot and Headroom, in this order.
+var ledgerFields = []string{
+	"p", "ws",
+	"l1", "l2", "l3", "l4", "l5", "l6",
+	"f1", "f2", "f3", "f4", "f5", "f6",
+	"s1", "s2", "s3", "s4", "s5", "s6",
+	"r1", "r2", "r3", "r4", "r5", "r6",
+}
+
+// ledgerView is a ledger as read, rolled to now in memory only.
+type ledgerView struct {
+	limit, finalReserve, spent, reserved [6]int64
+}
+
+// read fetches ledgers in one MULTI (a consistent view of all of them);
+// missing ledgers come back nil. Reads never write: the roll to now is
+// applied to the view, and the next Reserve or Settle rolls for real.
+func (b *Book) read(ctx context.Context, keys []string, now time.Time) ([]*ledgerView, error) {
+	cmds := make([]*redis.SliceCmd, len(keys))
+	_, err := b.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		for i, k := range keys {
+			cmds[i] = p.HMGet(ctx, b.ledgerKey(k), ledgerFields...)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*ledgerView, len(keys))
+	for i, c := range cmds {
+		vals := c.Val()
+		if len(vals) != len(ledgerFields) || vals[0] == nil {
+			continue
+		}
+		var n [26]int64
+		for j, v := range vals {
+			s, _ := v.(string)
+			x, err := strconv.ParseInt(s, 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("ledger %q field %s: %w", keys[i], ledgerFields[j], err)
+			}
+			n[j] = x
+		}
+		lv := &ledgerView{}
+		copy(lv.limit[:], n[2:8])
+		copy(lv.finalReserve[:], n[8:14])
+		copy(lv.spent[:], n[14:20])
+		copy(lv.reserved[:], n[20:26])
+		if p, ws := n[0], n[1]; p > 0 && !now.IsZero() && now.UnixMicro()-ws >= p {
+			lv.spent = [6]int64{}
+		}
+		out[i] = lv
+	}
+	return out, nil
+}
+
+// Snapshot implements accounting.Book; a missing ledger reads as zero.
+func (b *Book) Snapshot(ctx context.Context, key string, now time.Time) (limit, spent, reserved accounting.Vector, err error) {
+	ls, err := b.read(ctx, []string{key}, now)
+	if err != nil {
+		return limit, spent, reserved, fmt.Errorf("redis book: snapshot: %w", err)
+	}
+	if l := ls[0]; l != nil {
+		limit, spent, reserved = vector(l.limit), vector(l.spent), vector(l.reserved)
+	}
+	return limit, spent, reserved, nil
+}
+
+// Headroom implements accounting.Book: per dimension, the minimum over the
+// ledgers of limit − final reserve (unless useFinalReserve) − spent −
+// reserved, never below 0, math.MaxInt64 where unlimited. Advisory, like
+// MemBook's: Reserve is what enforces.
+func (b *Book) Headroom(ctx context.Context, keys []string, useFinalReserve bool, now time.Time) (accounting.Vector, error) {
+	h := [6]int64{math.MaxInt64, math.MaxInt64, math.MaxInt64, math.MaxInt64, math.MaxInt64, math.MaxInt64}
+	if len(keys) == 0 {
+		return vector(h), nil
+	}
+	ls, err := b.read(ctx, keys, now)
+	if err != nil {
+		return accounting.Vector{}, fmt.Errorf("redis book: headroom: %w", err)
+	}
+	for _, l := range ls {
+		if l == nil {
+			continue
+		}
+		for d := range h {
+			if l.limit[d] == 0 {
+				continue
+			}
+			left := l.limit[d]
+			if !useFinalReserve {
+				left = addSat(left, -l.finalReserve[d])
+			}
+			left = addSat(addSat(left, -l.spent[d]), -l.reserved[d])
+			h[d] = min(h[d], max(left, 0))
+		}
+	}
+	return vector(h), nil
+}
+
+// addSat returns a+b saturated to the int64 range, as accounting does.
+func addSat(a, b int64) int64 {
+	s := a + b
+	if a > 0 && b > 0 && s < 0 {
+		return math.MaxInt64
+	}
+	if a < 0 && b < 0 && s >= 0 {
+		return math.MinInt64
+	}
+	return s
+}

@@ -1,0 +1,260 @@
+package redisstore
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/haltline/haltline/store"
+	"github.com/redis/go-redis/v9"
+)
+
+// scanPage is how many records one Scan round trip reads.
+const scanPage = 256
+
+// commitTimeout bounds one group commit, on top of the client's own socket
+// timeouts, so that a stalled server fails the batch instead of the queue.
+const commitTimeout = 5 * time.Second
+
+// Store is a store.Store on Redis. Each bucket is a hash (key → value) and a
+// sorted set of its keys, all with score 0, so that ZRANGEBYLEX returns them
+// in byte order as bbolt does. Writes are group-committed like Bolt's: one
+// goroutine sends everything queued since its last commit as one
+// MULTI/EXEC.
+type Store struct {
+	rdb    redis.UniversalClient
+	prefix string
+	conn   *shared
+
+	queue chan pending
+	done  chan struct{}
+
+	// closeMu orders Apply's send against Close's close of the queue.
+	closeMu sync.RWMutex
+	closed  bool
+
+	errMu   sync.Mutex
+	lastErr error
+}
+
+var _ store.Store = (*Store)(nil)
+
+type pending struct {
+	ops []store.Op
+	res chan error
+}
+
+// NewStore returns a Store on rdb with every key under prefix (DefaultPrefix
+// when empty). The caller keeps ownership of rdb; Close stops the writer.
+func NewStore(rdb redis.UniversalClient, prefix string) *Store {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	s := &Store{rdb: rdb, prefix: prefix, queue: make(chan pending, 1024), done: make(chan struct{})}
+	go s.writer()
+	return s
+}
+
+func (s *Store) keysKey(b store.Bucket) string { return s.prefix + "store:" + string(b) + ":keys" }
+func (s *Store) valsKey(b store.Bucket) string { return s.prefix + "store:" + string(b) + ":vals" }
+
+// known mirrors Bolt, which has exactly the buckets of store.AllBuckets.
+func known(b store.Bucket) bool { return slices.Contains(store.AllBuckets, b) }
+
+// Apply implements store.Store.
+func (s *Store) Apply(ops []store.Op) <-chan error {
+	res := make(chan error, 1)
+	s.closeMu.RLock()
+	defer s.closeMu.RUnlock()
+	if s.closed {
+		res <- store.ErrClosed
+		return res
+	}
+	s.queue <- pending{ops: ops, res: res}
+	return res
+}
+
+// writer commits everything queued since the last commit in one
+// transaction (at most store.MaxBatch ops, unless one Apply has more).
+func (s *Store) writer() {
+	defer close(s.done)
+	batch := make([]pending, 0, 64)
+	for p := range s.queue {
+		batch = append(batch[:0], p)
+		n := len(p.ops)
+	drain:
+		for n < store.MaxBatch {
+			select {
+			case q, ok := <-s.queue:
+				if !ok {
+					break drain
+				}
+				batch = append(batch, q)
+				n += len(q.ops)
+			default:
+				break drain
+			}
+		}
+		err := s.commit(batch)
+		s.errMu.Lock()
+		s.lastErr = err
+		s.errMu.Unlock()
+		for _, p := range batch {
+			p.res <- err
+		}
+	}
+}
+
+func (s *Store) commit(batch []pending) error {
+	for _, p := range batch {
+		for _, op := range p.ops {
+			if !known(op.Bucket) {
+				return fmt.Errorf("store: no bucket %q", op.Bucket)
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
+	defer cancel()
+	// MULTI/EXEC: the batch is applied whole or not at all, in order. A
+	// retried EXEC (go-redis retries once on a network error) replays the
+	// same puts and deletes, which is harmless: they are idempotent and this
+	// goroutine sends nothing else meanwhile.
+	_, err := s.rdb.TxPipelined(ctx, func(tx redis.Pipeliner) error {
+		for _, p := range batch {
+			for _, op := range p.ops {
+				kk, vk := s.keysKey(op.Bucket), s.valsKey(op.Bucket)
+				if op.Value == nil {
+					tx.HDel(ctx, vk, string(op.Key))
+					tx.ZRem(ctx, kk, string(op.Key))
+				} else {
+					tx.HSet(ctx, vk, string(op.Key), op.Value)
+					tx.ZAdd(ctx, kk, redis.Z{Member: string(op.Key)})
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("redis store: commit: %w", err)
+	}
+	return nil
+}
+
+// Get implements store.Store: the value, or nil when there is none.
+func (s *Store) Get(b store.Bucket, key []byte) ([]byte, error) {
+	if !known(b) {
+		return nil, fmt.Errorf("store: no bucket %q", b)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
+	defer cancel()
+	v, err := s.rdb.HGet(ctx, s.valsKey(b), string(key)).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("redis store: get %s: %w", b, err)
+	}
+	return v, nil
+}
+
+// Scan implements store.Store.
+func (s *Store) Scan(b store.Bucket, fn func(key, value []byte) error) error {
+	return s.ScanPrefix(b, nil, fn)
+}
+
+// ScanPrefix implements store.Store. Each page of scanPage records is read
+// atomically; a scan is not a snapshot across pages (writes between pages
+// are seen or not), which suits its use: reading state back at start.
+func (s *Store) ScanPrefix(b store.Bucket, prefix []byte, fn func(key, value []byte) error) error {
+	if !known(b) {
+		return fmt.Errorf("store: no bucket %q", b)
+	}
+	lo, hi := "-", "+"
+	if len(prefix) > 0 {
+		lo = "[" + string(prefix)
+		if succ := successor(prefix); succ != nil {
+			hi = "(" + string(succ)
+		}
+	}
+	keys := []string{s.keysKey(b), s.valsKey(b)}
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
+		res, err := scanScript.Run(ctx, s.rdb, keys, lo, hi, scanPage).Slice()
+		cancel()
+		if err != nil {
+			return fmt.Errorf("redis store: scan %s: %w", b, err)
+		}
+		if len(res) < 2 {
+			return fmt.Errorf("redis store: scan %s: unexpected reply %v", b, res)
+		}
+		n, _ := res[0].(int64)
+		last, _ := res[1].(string)
+		for i := 2; i+1 < len(res); i += 2 {
+			k, _ := res[i].(string)
+			v, _ := res[i+1].(string)
+			if err := fn([]byte(k), []byte(v)); err != nil {
+				return err
+			}
+		}
+		if n < scanPage {
+			return nil
+		}
+		lo = "(" + last
+	}
+}
+
+// successor is the smallest key greater than every key with prefix p, or
+// nil when there is none (p is all 0xff).
+func successor(p []byte) []byte {
+	s := bytes.Clone(p)
+	for i := len(s) - 1; i >= 0; i-- {
+		if s[i] < 0xff {
+			s[i]++
+			return s[:i+1]
+		}
+	}
+	return nil
+}
+
+// Healthy implements store.Store: the server must answer a PING, and the
+// last commit must have succeeded (a read-only replica answers PING but
+// refuses writes).
+func (s *Store) Healthy() error {
+	s.closeMu.RLock()
+	closed := s.closed
+	s.closeMu.RUnlock()
+	if closed {
+		return store.ErrClosed
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := s.rdb.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("redis store: %w", err)
+	}
+	// Reachable again: a commit that failed during the outage is not a
+	// reason to stay unready (the next write of each run carries its whole
+	// state).
+	s.errMu.Lock()
+	s.lastErr = nil
+	s.errMu.Unlock()
+	return nil
+}
+
+// Close implements store.Store: it commits what is queued, then releases
+// the client if Open made it and the Book is closed too.
+func (s *Store) Close() error {
+	s.closeMu.Lock()
+	if s.closed {
+		s.closeMu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.queue)
+	s.closeMu.Unlock()
+	<-s.done
+	return s.conn.release()
+}
