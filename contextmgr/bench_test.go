@@ -1,0 +1,70 @@
+package contextmgr
+
+import (
+	"context"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/haltline/haltline/wire"
+)
+
+// conversation200K returns a generated conversation of about 200 KB in the
+// API's format.
+func conversation200K(api wire.API) []byte {
+	r := rand.New(rand.NewPCG(42, 42))
+	for steps := 10; ; steps += 2 {
+		r = rand.New(rand.NewPCG(42, 42))
+		body := genConversation(r, steps, 6000).render(api)
+		if len(body) >= 200<<10 {
+			return body
+		}
+	}
+}
+
+func BenchmarkNeedsRewrite(b *testing.B) {
+	for _, api := range apis {
+		b.Run(api.String(), func(b *testing.B) {
+			body := conversation200K(api)
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				NeedsRewrite(api, body, 20000)
+			}
+		})
+	}
+}
+
+// BenchmarkRewrite measures a full rewrite with a compression (a fresh
+// state each time: the worst case) and a rewrite that reuses the run's
+// compressed prefix (the common case once a run is over the watermark).
+func BenchmarkRewrite(b *testing.B) {
+	for _, api := range apis {
+		body := conversation200K(api)
+		wm := Estimate(api, body) / 3
+		b.Run(api.String()+"/compress", func(b *testing.B) {
+			rw := &Rewriter{Blob: func(string) string { return "h" }}
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				var st State
+				if _, _, err := rw.Rewrite(context.Background(), api, body, wm, &st); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(api.String()+"/reuse", func(b *testing.B) {
+			rw := &Rewriter{Blob: func(string) string { return "h" }}
+			var st State
+			if _, _, err := rw.Rewrite(context.Background(), api, body, wm, &st); err != nil {
+				b.Fatal(err)
+			}
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, rep, err := rw.Rewrite(context.Background(), api, body, wm, &st); err != nil || !rep.Reused {
+					b.Fatal(err, rep.Reused)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,73 @@
+package contextmgr
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/haltline/haltline/wire"
+)
+
+func fuzzSeeds(f *testing.F) {
+	files, _ := filepath.Glob("testdata/fixtures/request-*.json")
+	more, _ := filepath.Glob("testdata/usage/*-*.json")
+	for _, name := range append(files, more...) {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			f.Fatal(err)
+		}
+		for api := range 3 {
+			f.Add(uint8(api+1), b, int64(50))
+		}
+	}
+	r := rand.New(rand.NewPCG(1, 1))
+	for _, api := range apis {
+		f.Add(uint8(api), genConversation(r, 6, 5000).render(api), int64(2000))
+	}
+	f.Add(uint8(1), []byte(`{"messages":"x"}`), int64(1))
+	f.Add(uint8(3), []byte(`{"messages":[{"role":"user","content":[{"type":"tool_result"}]}]`), int64(1))
+}
+
+// FuzzRewrite: never panics, never mutates its input, and returns valid
+// JSON whenever it accepted the body.
+func FuzzRewrite(f *testing.F) {
+	fuzzSeeds(f)
+	f.Fuzz(func(t *testing.T, apiByte uint8, body []byte, wm int64) {
+		api := wire.API(apiByte % 4)
+		orig := bytes.Clone(body)
+		var st State
+		rw := &Rewriter{Blob: func(string) string { return "h" }, InlineLimit: 64, Head: 16, Tail: 8, DedupeMin: 8}
+		out, _, err := rw.Rewrite(context.Background(), api, body, wm%100000, &st)
+		if !bytes.Equal(body, orig) {
+			t.Fatal("input mutated")
+		}
+		if err == nil && !bytes.Equal(out, body) && !json.Valid(out) {
+			t.Fatalf("invalid JSON out of %q: %q", body, out)
+		}
+		if _, err := json.Marshal(&st); err != nil {
+			t.Fatal(err)
+		}
+		// A second call with the state must be as safe.
+		if err == nil {
+			out2, _, err2 := rw.Rewrite(context.Background(), api, body, wm%100000, &st)
+			if err2 == nil && !bytes.Equal(out2, body) && !json.Valid(out2) {
+				t.Fatal("invalid JSON on the second call")
+			}
+		}
+	})
+}
+
+// FuzzNeedsRewrite: never panics, and the estimate is never negative.
+func FuzzNeedsRewrite(f *testing.F) {
+	fuzzSeeds(f)
+	f.Fuzz(func(t *testing.T, apiByte uint8, body []byte, wm int64) {
+		est, _ := NeedsRewrite(wire.API(apiByte%4), body, wm)
+		if est < 0 {
+			t.Fatalf("negative estimate %d", est)
+		}
+	})
+}

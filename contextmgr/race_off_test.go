@@ -1,0 +1,5 @@
+//go:build !race
+
+package contextmgr
+
+const raceOn = false

@@ -1,0 +1,263 @@
+package contextmgr
+
+import (
+	"context"
+	"errors"
+	"strconv"
+
+	"github.com/haltline/haltline/wire"
+	"github.com/tidwall/gjson"
+)
+
+// Defaults of a zero Rewriter (DESIGN §8 for the tool output sizes).
+const (
+	DefaultKeepTurns   = 4
+	DefaultInlineLimit = 4096
+	DefaultHead        = 1500
+	DefaultTail        = 500
+	DefaultCompressTo  = 0.5
+	DefaultDedupeMin   = 256
+)
+
+// ErrInvalidBody is returned for a body that is not JSON; the body is then
+// returned unchanged.
+var ErrInvalidBody = errors.New("contextmgr: request body is not valid JSON")
+
+// Rewriter rewrites a request so that it fits under a watermark. A
+// Rewriter is configuration only: it is safe for concurrent use by many
+// runs, each with its own State.
+type Rewriter struct {
+	// Blob stores the full text of a cut tool output and returns the handle
+	// the cut text names (DESIGN §7 serves it at
+	// /api/v1/runs/{id}/blobs/{handle}). It is called once per distinct
+	// output per run: the handle is remembered in State.Blobs. Nil means
+	// the full text is not kept, and the cut text says so.
+	Blob func(text string) (handle string)
+	// Summarise, when set, writes the summary of dropped turns (the lead
+	// wires a model call here). prev is the run's summary so far; the
+	// returned summary replaces it, so the callback merges. Facts are
+	// pinned (never overwriting a pinned key). On error the extractive
+	// summary is used and the error reported.
+	Summarise func(ctx context.Context, prev string, dropped []Turn) (summary string, facts map[string]string, err error)
+
+	KeepTurns   int     // last turns never dropped; 0 means DefaultKeepTurns
+	InlineLimit int     // tool output longer than this (in characters) is cut; 0 means DefaultInlineLimit
+	Head, Tail  int     // characters kept of a cut output; 0 means DefaultHead / DefaultTail
+	CompressTo  float64 // a compression drops down to this fraction of the watermark; 0 means DefaultCompressTo
+	DedupeMin   int     // shorter identical results are left alone; 0 means DefaultDedupeMin
+}
+
+// Report says what a Rewrite did, for events and metrics. The counts are
+// about the forwarded request of this call.
+type Report struct {
+	Rewritten    bool  `json:"rewritten"`
+	TokensBefore int64 `json:"tokens_before"` // estimate of the agent's request
+	TokensAfter  int64 `json:"tokens_after"`  // estimate of the forwarded request
+	Watermark    int64 `json:"watermark"`
+
+	Cut      int   `json:"cut"`       // tool results cut to head + tail
+	CutChars int64 `json:"cut_chars"` // characters cut from them
+	Deduped  int   `json:"deduped"`   // tool results replaced by a reference to an identical earlier one
+	Dropped  int   `json:"dropped"`   // history items not forwarded (the summary stands in)
+
+	// Compressed is set when this call dropped more turns and wrote a new
+	// summary: the cached prefix changes here. Reused is set when the
+	// run's compressed prefix was reused byte for byte.
+	Compressed   bool   `json:"compressed"`
+	Reused       bool   `json:"reused"`
+	NewlyDropped int    `json:"newly_dropped"`
+	SummaryBy    string `json:"summary_by,omitempty"` // "extractive" or "summariser", when Compressed
+	SummaryError string `json:"summary_error,omitempty"`
+	FactsAdded   int    `json:"facts_added"`
+	// Blobs are the handles Blob returned on this call.
+	Blobs []string `json:"blobs,omitempty"`
+	// Over is set when the forwarded request is still over the watermark:
+	// the system prompt, the task and the last turn alone do not fit.
+	Over bool `json:"over"`
+}
+
+func (rw *Rewriter) keepTurns() int   { return orDefault(rw.KeepTurns, DefaultKeepTurns) }
+func (rw *Rewriter) inlineLimit() int { return orDefault(rw.InlineLimit, DefaultInlineLimit) }
+func (rw *Rewriter) head() int        { return orDefault(rw.Head, DefaultHead) }
+func (rw *Rewriter) tail() int        { return orDefault(rw.Tail, DefaultTail) }
+func (rw *Rewriter) dedupeMin() int   { return orDefault(rw.DedupeMin, DefaultDedupeMin) }
+func (rw *Rewriter) compressTo() float64 {
+	if rw.CompressTo <= 0 || rw.CompressTo > 1 {
+		return DefaultCompressTo
+	}
+	return rw.CompressTo
+}
+
+func orDefault(v, d int) int {
+	if v <= 0 {
+		return d
+	}
+	return v
+}
+
+// Rewrite returns the body to forward for a request of the given API. A
+// body under the watermark comes back as the same slice, untouched. Over
+// it, tool outputs are cut and deduplicated, then, only if that is not
+// enough, the oldest turns are dropped and summarised into the system
+// segment, down to CompressTo × watermark so that the following calls fit
+// without a new compression. body is never modified; st (per run, may be
+// nil for a one-off) is updated.
+func (rw *Rewriter) Rewrite(ctx context.Context, api wire.API, body []byte, watermark int64, st *State) (out []byte, rep Report, err error) {
+	before, needs := NeedsRewrite(api, body, watermark)
+	rep = Report{TokensBefore: before, TokensAfter: before, Watermark: watermark}
+	if !needs {
+		return body, rep, nil
+	}
+	if !gjson.ValidBytes(body) {
+		return body, rep, ErrInvalidBody
+	}
+	c, ok := parseConv(api, body)
+	if !ok {
+		rep.Over = true
+		return body, rep, nil
+	}
+	if st == nil {
+		st = &State{}
+	}
+	p := &plan{rw: rw, c: &c, st: st, body: body, rep: &rep}
+	p.index()
+
+	// Reuse the run's compressed prefix when the history still starts with
+	// what was dropped: that is what keeps the prefix byte-stable.
+	c0 := c.head
+	if st.CutEnd > 0 {
+		if st.CutEnd <= len(c.items) && st.CutEnd >= c.head && prefixHash(c.items, st.CutEnd) == st.CutHash && p.valid(st.CutEnd) {
+			c0 = st.CutEnd
+			rep.Reused = true
+		} else {
+			// The agent's history changed under us (its own compaction, an
+			// edited history): start over, keeping the pinned facts and
+			// the stored blobs.
+			st.CutEnd, st.CutHash, st.LastDropped, st.Summary, st.SummaryBy, st.Dropped = 0, "", "", "", "", 0
+		}
+	}
+
+	out, est, err := p.build(c0)
+	if err != nil {
+		return body, rep, err
+	}
+	if est > watermark {
+		out, est, err = p.compress(ctx, c0, watermark)
+		if err != nil {
+			return body, rep, err
+		}
+	}
+	rep.Rewritten = true
+	rep.TokensAfter = est
+	rep.Dropped = st.Dropped
+	rep.Over = est > watermark
+	return out, rep, nil
+}
+
+// compress drops turns after c0 until the request fits CompressTo ×
+// watermark (the target), relaxing KeepTurns only when the last K turns
+// alone do not fit the watermark itself.
+func (p *plan) compress(ctx context.Context, c0 int, watermark int64) ([]byte, int64, error) {
+	target := int64(float64(watermark) * p.rw.compressTo())
+	cands := p.candidates(c0)
+	if len(cands) == 0 {
+		out, est, err := p.build(c0)
+		return out, est, err
+	}
+	kLimit := p.keepLimit()
+	choice := -1
+	for i, c := range cands {
+		if c > kLimit {
+			break
+		}
+		choice = i
+		if p.planned(c) <= target {
+			break
+		}
+	}
+	if choice < 0 || p.planned(cands[choice]) > watermark {
+		// The last K turns do not fit: give up turns one at a time, never
+		// the last one.
+		for i := max(choice, 0); i < len(cands); i++ {
+			choice = i
+			if p.planned(cands[i]) <= watermark {
+				break
+			}
+		}
+	}
+	p.summarise(ctx, c0, cands[choice])
+	for {
+		out, est, err := p.build(cands[choice])
+		if err != nil || est <= watermark || choice == len(cands)-1 {
+			return out, est, err
+		}
+		// The plan under-estimated (the summary came out longer than its
+		// reserve): drop one more turn, summarised extractively.
+		prev := cands[choice]
+		choice++
+		p.summariseExtractive(prev, cands[choice])
+	}
+}
+
+// summarise records the compression of turns [from, to) in the state.
+func (p *plan) summarise(ctx context.Context, from, to int) {
+	st, rep := p.st, p.rep
+	dropped := neutralTurns(p.c, turnsOf(p.c.items[:to], from))
+	var facts []Fact
+	rep.SummaryBy = "extractive"
+	if p.rw.Summarise != nil {
+		s, f, err := p.rw.Summarise(ctx, st.Summary, dropped)
+		if err == nil {
+			st.Summary = clip(s, summaryMax)
+			facts = summariserFacts(f)
+			rep.SummaryBy = "summariser"
+		} else {
+			rep.SummaryError = err.Error()
+		}
+	}
+	if rep.SummaryBy == "extractive" {
+		st.Summary = mergeSummary(st.Summary, extractiveSummary(dropped))
+	}
+	st.SummaryBy = rep.SummaryBy
+	rep.FactsAdded += st.pin(extractFacts(dropped))
+	rep.FactsAdded += st.pin(facts)
+	p.recordCut(to)
+	st.Compressions++
+	rep.Compressed = true
+}
+
+func (p *plan) summariseExtractive(from, to int) {
+	dropped := neutralTurns(p.c, turnsOf(p.c.items[:to], from))
+	p.st.Summary = mergeSummary(p.st.Summary, extractiveSummary(dropped))
+	p.rep.FactsAdded += p.st.pin(extractFacts(dropped))
+	p.recordCut(to)
+}
+
+func (p *plan) recordCut(to int) {
+	st, items := p.st, p.c.items
+	prevDropped := st.Dropped
+	st.CutEnd = to
+	st.CutHash = prefixHash(items, to)
+	st.Dropped = 0
+	for i := p.c.head; i < to; i++ {
+		if items[i].kind != kindSystem {
+			st.Dropped++
+		}
+	}
+	p.rep.NewlyDropped += st.Dropped - prevDropped
+	for i := to - 1; i >= p.c.head; i-- {
+		it := items[i]
+		if it.kind == kindSystem {
+			continue
+		}
+		switch {
+		case len(it.results) > 0:
+			st.LastDropped = "result:" + it.results[len(it.results)-1].id
+		case len(it.calls) > 0:
+			st.LastDropped = "call:" + it.calls[len(it.calls)-1].id
+		default:
+			st.LastDropped = it.role + "#" + strconv.Itoa(i)
+		}
+		break
+	}
+}

@@ -1,0 +1,273 @@
+package contextmgr
+
+import (
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Turn is the neutral view of a dropped turn handed to a Summarise
+// callback.
+type Turn struct {
+	// Index is the position of the turn's first item in the agent's history.
+	Index int `json:"index"`
+	// Role is "user" or "assistant" (a turn of the model with its tool
+	// results).
+	Role string `json:"role"`
+	// Text is what the model wrote in the turn.
+	Text string `json:"text,omitempty"`
+	// UserText is what the user wrote in the turn: a user message, or text
+	// sent along with tool results.
+	UserText string       `json:"user_text,omitempty"`
+	Calls    []TurnCall   `json:"calls,omitempty"`
+	Results  []TurnResult `json:"results,omitempty"`
+}
+
+// TurnCall is a tool call of a dropped turn.
+type TurnCall struct {
+	ID        string `json:"id"`
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+}
+
+// TurnResult is a tool result of a dropped turn, as the agent sent it.
+type TurnResult struct {
+	CallID string `json:"call_id"`
+	Text   string `json:"text"`
+}
+
+// Bounds of the extractive summary and of the pinned facts: the system
+// segment must stay small next to the watermark it serves.
+const (
+	summaryLineMax = 200  // one sentence of a dropped turn
+	newSummaryMax  = 1500 // what one compression adds
+	summaryMax     = 4000 // the whole summary; older lines go first
+	factMax        = 300  // one pinned fact
+	factsMax       = 32   // pinned facts per run
+)
+
+func neutralTurns(c *conv, ts []turn) []Turn {
+	var out []Turn
+	for _, t := range ts {
+		if t.sticky {
+			continue
+		}
+		nt := Turn{Index: t.start, Role: "assistant"}
+		if c.items[t.start].kind == kindUser {
+			nt.Role = "user"
+		}
+		var text, user []string
+		for _, it := range c.items[t.start:t.end] {
+			switch {
+			case it.text == "":
+			case it.role == "user":
+				user = append(user, it.text)
+			default:
+				text = append(text, it.text)
+			}
+			for _, cl := range it.calls {
+				nt.Calls = append(nt.Calls, TurnCall{ID: cl.id, Name: cl.name, Arguments: cl.args})
+			}
+			for _, r := range it.results {
+				nt.Results = append(nt.Results, TurnResult{CallID: r.id, Text: r.text})
+			}
+		}
+		nt.Text = strings.Join(text, "\n")
+		nt.UserText = strings.Join(user, "\n")
+		out = append(out, nt)
+	}
+	return out
+}
+
+// extractiveSummary is the default summary: the first sentence of each
+// dropped text, the tools called with the head of what they returned.
+// Deterministic, so two gateways (or a restart) summarise alike.
+func extractiveSummary(dropped []Turn) string {
+	var b strings.Builder
+	results := map[string]string{}
+	for _, t := range dropped {
+		for _, r := range t.Results {
+			results[r.CallID] = r.Text
+		}
+	}
+	for i, t := range dropped {
+		var line strings.Builder
+		if s := firstSentence(t.UserText, summaryLineMax); s != "" {
+			line.WriteString("- User: " + s + "\n")
+		}
+		if s := firstSentence(t.Text, summaryLineMax); s != "" {
+			line.WriteString("- Assistant: " + s + "\n")
+		}
+		for _, c := range t.Calls {
+			line.WriteString("- Called ")
+			line.WriteString(c.Name)
+			line.WriteByte('(')
+			line.WriteString(clip(oneLine(c.Arguments), 80))
+			line.WriteByte(')')
+			if r, ok := results[c.ID]; ok {
+				line.WriteString(" → ")
+				line.WriteString(clip(oneLine(r), 120))
+			}
+			line.WriteByte('\n')
+		}
+		if b.Len()+line.Len() > newSummaryMax {
+			b.WriteString("- … and " + strconv.Itoa(len(dropped)-i) + " more turns\n")
+			break
+		}
+		b.WriteString(line.String())
+	}
+	return strings.TrimRight(b.String(), "\n")
+}
+
+// mergeSummary appends a compression's summary to the run's, dropping the
+// oldest lines when the whole would exceed summaryMax.
+func mergeSummary(old, add string) string {
+	s := add
+	if old != "" && add != "" {
+		s = old + "\n" + add
+	} else if old != "" {
+		s = old
+	}
+	for len(s) > summaryMax {
+		i := strings.IndexByte(s, '\n')
+		if i < 0 {
+			return clip(s, summaryMax)
+		}
+		s = s[i+1:]
+	}
+	return s
+}
+
+// requirementWords mark a line of a user message as a hard requirement.
+var requirementWords = []string{"must", "never", "always", "do not", "don't", "required", "requirement", "mandatory", "only use", "make sure"}
+
+// extractFacts returns the requirement lines of dropped user text.
+func extractFacts(dropped []Turn) []Fact {
+	var out []Fact
+	for _, t := range dropped {
+		for _, line := range strings.Split(t.UserText, "\n") {
+			line = strings.TrimSpace(line)
+			if line == "" || !isRequirement(line) {
+				continue
+			}
+			v := clip(line, factMax)
+			out = append(out, Fact{Key: "req-" + textKey(v)[:8], Value: v, Source: "extractive"})
+		}
+	}
+	return out
+}
+
+func isRequirement(line string) bool {
+	l := strings.ToLower(line)
+	for _, w := range requirementWords {
+		i := strings.Index(l, w)
+		if i < 0 {
+			continue
+		}
+		// Whole words only: "mustard" and "always-on" are not requirements.
+		before := i == 0 || !isWordByte(l[i-1])
+		after := i+len(w) == len(l) || !isWordByte(l[i+len(w)])
+		if before && after {
+			return true
+		}
+	}
+	return false
+}
+
+func isWordByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '-'
+}
+
+// pin adds facts not pinned yet; it never overwrites one. It returns how
+// many were added.
+func (s *State) pin(facts []Fact) int {
+	n := 0
+	for _, f := range facts {
+		if len(s.Facts) >= factsMax {
+			break
+		}
+		if f.Key == "" || f.Value == "" || s.hasFact(f.Key) {
+			continue
+		}
+		s.Facts = append(s.Facts, f)
+		n++
+	}
+	return n
+}
+
+// summariserFacts turns a callback's facts into pinned facts, in key order
+// so that the segment is deterministic.
+func summariserFacts(m map[string]string) []Fact {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	out := make([]Fact, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, Fact{Key: clip(k, 80), Value: clip(oneLine(m[k]), factMax), Source: "summariser"})
+	}
+	return out
+}
+
+// segment renders the system segment from the run's state: the pinned
+// facts and the summary. It depends on the state alone, so it is the same
+// bytes on every call between compressions.
+func segment(s *State) string {
+	if s.CutEnd == 0 && len(s.Facts) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("[haltline context]\n")
+	if s.Dropped > 0 {
+		b.WriteString("Earlier turns of this conversation (" + strconv.Itoa(s.Dropped) + " messages) were removed to fit the context window; what they established is below.\n")
+	}
+	if len(s.Facts) > 0 {
+		b.WriteString("Pinned facts (they apply throughout):\n")
+		for _, f := range s.Facts {
+			b.WriteString("- ")
+			if f.Source != "extractive" {
+				b.WriteString(f.Key)
+				b.WriteString(": ")
+			}
+			b.WriteString(f.Value)
+			b.WriteByte('\n')
+		}
+	}
+	if s.Summary != "" {
+		b.WriteString("Summary of the removed turns:\n")
+		b.WriteString(s.Summary)
+		b.WriteByte('\n')
+	}
+	b.WriteString("[/haltline context]")
+	return b.String()
+}
+
+// firstSentence returns the first sentence of s on one line, at most max
+// bytes.
+func firstSentence(s string, max int) string {
+	s = oneLine(strings.TrimSpace(s))
+	for i := 0; i < len(s); i++ {
+		if (s[i] == '.' || s[i] == '!' || s[i] == '?') && (i+1 == len(s) || s[i+1] == ' ') {
+			s = s[:i+1]
+			break
+		}
+	}
+	return clip(s, max)
+}
+
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}
+
+// clip shortens s to at most max bytes on a UTF-8 boundary, marking the cut.
+func clip(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	i := max - len("…")
+	for i > 0 && s[i]&0xC0 == 0x80 {
+		i--
+	}
+	return s[:i] + "…"
+}
