@@ -1,0 +1,118 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// mainEnv makes the test binary run the harness itself: the short-mode test
+// runs it as a subprocess so that its pinning and its children (started
+// again from this binary, see roleEnv) never touch the test process.
+const mainEnv = "HALTLINE_BENCH_MAIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(roleEnv) != "" {
+		main()
+		os.Exit(0)
+	}
+	if os.Getenv(mainEnv) == "1" {
+		os.Exit(harnessMain(os.Args[1:]))
+	}
+	os.Exit(m.Run())
+}
+
+// TestShort runs `go run ./bench -short`: direct, floor and the real
+// gateway binary, every phase, and requires every request to succeed.
+func TestShort(t *testing.T) {
+	args := []string{"-short", "-duration", "300ms", "-sat-step", "250ms", "-streams", "5"}
+	// A prebuilt gateway saves the build (and lets the harness be tested
+	// while the gateway's sources are being edited).
+	if bin := os.Getenv("HALTLINE_BENCH_GATEWAY_BIN"); bin != "" {
+		args = append(args, "-gateway-bin", bin)
+	}
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), mainEnv+"=1")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("short mode failed: %v\n%s", err, out.String())
+		}
+	case <-time.After(3 * time.Minute):
+		_ = cmd.Process.Kill()
+		t.Fatalf("short mode did not end\n%s", out.String())
+	}
+	for _, want := range []string{"| 1,000 req/s, 200 KB |", "| saturation throughput", "| requests / errors / not forwarded |", "haltline"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("report lacks %q\n%s", want, out.String())
+		}
+	}
+}
+
+// TestWorkload checks that the requests have the exact sizes, are valid
+// JSON, and that the mock's answers are the tool calls the next step echoes.
+func TestWorkload(t *testing.T) {
+	m := &mock{steps: 3, chunks: 5}
+	srv := httptest.NewServer(m.handler())
+	defer srv.Close()
+	c := loadClient()
+	for _, api := range []string{apiOpenAI, apiAnthropic} {
+		for _, size := range []int{size2KB, size200KB} {
+			w := &workload{api: api, size: size, steps: 3, slots: 2, tag: "t"}
+			for i := 0; i < 6; i++ {
+				run, body := w.next()
+				if len(body) != size {
+					t.Fatalf("%s step body is %d bytes, want %d", api, len(body), size)
+				}
+				if !json.Valid(body) {
+					t.Fatalf("%s body is not JSON: %.300s", api, body)
+				}
+				req := httptest.NewRequest("POST", srv.URL+w.path(), bytes.NewReader(body))
+				rec := httptest.NewRecorder()
+				m.handler().ServeHTTP(rec, req)
+				if rec.Code != 200 || !json.Valid(rec.Body.Bytes()) {
+					t.Fatalf("mock answered %d: %s", rec.Code, rec.Body.String())
+				}
+				step := i / 2 // two slots
+				final := step == 2
+				if got := strings.Contains(rec.Body.String(), `"tool_`); got == final {
+					t.Fatalf("step %d: final=%v but answer %s", step, final, rec.Body.String())
+				}
+				if !final && !strings.Contains(rec.Body.String(), run+"_"+string(rune('0'+step))) {
+					t.Fatalf("step %d of %s: tool call id does not name the run: %s", step, run, rec.Body.String())
+				}
+				if !final {
+					// The next step's body must echo this step's tool call verbatim.
+					_, next := bodyParts(api, run, step+1, false)
+					var call []byte
+					if api == apiOpenAI {
+						call = appendOpenAIToolCall(nil, []byte(run), step)
+					} else {
+						call = appendAnthropicToolUse(nil, []byte(run), step)
+					}
+					if !bytes.Contains(next, call) || !bytes.Contains(rec.Body.Bytes(), call) {
+						t.Fatalf("step %d: echo and answer differ", step)
+					}
+				}
+			}
+		}
+		// Streams end with their final event and carry the chunks.
+		ws := &workload{api: api, size: size2KB, steps: 3, slots: 1, stream: true, tag: "s"}
+		r, err := streams(t.Context(), c, &target{name: "mock", url: srv.URL}, ws, 2)
+		if err != nil || r.Errors != 0 {
+			t.Fatalf("%s streams: %v %v", api, err, r.ErrorSample)
+		}
+	}
+}

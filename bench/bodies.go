@@ -1,0 +1,151 @@
+package main
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+)
+
+// API formats the harness speaks.
+const (
+	apiOpenAI    = "openai"
+	apiAnthropic = "anthropic"
+)
+
+// Request sizes of the issue.
+const (
+	size2KB   = 2 << 10
+	size200KB = 200 << 10
+)
+
+// workload hands out the requests of many agent runs in parallel (see the
+// package comment): request i belongs to slot i%slots, is step
+// (i/slots)%steps of that slot's current run, and a slot starts a new run
+// after steps requests. Bodies are built per request because each carries
+// its run's name and the tool calls the mock made for it.
+type workload struct {
+	api    string
+	size   int // exact body size in bytes; the system prompt is padded to it
+	steps  int
+	slots  int
+	stream bool
+	tag    string // makes run ids unique per phase and target
+	n      atomic.Uint64
+}
+
+// next returns the run id and body of the next request.
+func (w *workload) next() (string, []byte) {
+	i := w.n.Add(1) - 1
+	slot := i % uint64(w.slots)
+	rest := i / uint64(w.slots)
+	step := int(rest % uint64(w.steps))
+	gen := rest / uint64(w.steps)
+	run := w.tag + "-" + strconv.FormatUint(slot, 10) + "-" + strconv.FormatUint(gen, 10)
+	if w.stream {
+		step = 0 // a streamed answer is a final one: one-step runs
+	}
+	return run, buildBody(w.api, run, step, w.size, w.stream)
+}
+
+// header returns the headers of one request of run.
+func (w *workload) header(run string) http.Header {
+	h := http.Header{}
+	h.Set("Content-Type", "application/json")
+	if w.api == apiAnthropic {
+		h.Set("X-Api-Key", "sk-ant-bench-agent")
+		h.Set("Anthropic-Version", "2023-06-01")
+	} else {
+		h.Set("Authorization", "Bearer sk-bench-agent")
+	}
+	h.Set("X-Run-Id", run)
+	return h
+}
+
+// path is the model route of the workload's API.
+func (w *workload) path() string {
+	if w.api == apiAnthropic {
+		return "/v1/messages"
+	}
+	return "/v1/chat/completions"
+}
+
+// padText fills system prompts up to the requested size: plain prose, no
+// character that JSON would escape, so size in bytes is size on the wire.
+var padText = strings.Repeat("You are the order desk assistant of a mail-order shop. Answer from tool results only, cite order numbers, "+
+	"and never invent a status. Prefer one precise tool call to several vague ones. ", (size200KB/170)+8)
+
+const (
+	userAsk       = "Find the open orders of customer 4711 and summarise their status."
+	openAITools   = `[{"type":"function","function":{"name":"search_orders","description":"Search the order book, one page at a time.","parameters":{"type":"object","properties":{"page":{"type":"integer"},"customer":{"type":"integer"}},"required":["page"]}}}]`
+	anthropicTool = `[{"name":"search_orders","description":"Search the order book, one page at a time.","input_schema":{"type":"object","properties":{"page":{"type":"integer"},"customer":{"type":"integer"}},"required":["page"]}}]`
+)
+
+// observation is the tool result of step j: distinct at every step, so the
+// loop guard sees progress.
+func observation(j int) string {
+	n := strconv.Itoa(1000 + 37*j)
+	return "page " + strconv.Itoa(j) + ": order " + n + " shipped, order " + n + "1 pending; more pages available"
+}
+
+// buildBody returns a request of api for step of run, exactly size bytes
+// long when the bare request is shorter than size.
+func buildBody(api, run string, step, size int, stream bool) []byte {
+	head, tail := bodyParts(api, run, step, stream)
+	pad := max(size-len(head)-len(tail), 0)
+	b := make([]byte, 0, len(head)+pad+len(tail))
+	b = append(b, head...)
+	for pad > len(padText) { // only for sizes beyond 200 KB
+		b = append(b, padText...)
+		pad -= len(padText)
+	}
+	b = append(b, padText[:pad]...)
+	return append(b, tail...)
+}
+
+// bodyParts returns the request around its system prompt's padding.
+func bodyParts(api, run string, step int, stream bool) (head, tail []byte) {
+	runB := []byte(run)
+	if api == apiAnthropic {
+		head = append(head, `{"model":"claude-haiku-4-5","max_tokens":512,"metadata":{"user_id":"`...)
+		head = append(head, run...)
+		head = append(head, `"},`...)
+		if stream {
+			head = append(head, `"stream":true,`...)
+		}
+		head = append(head, `"tools":`+anthropicTool+`,"system":"`...)
+		tail = append(tail, `","messages":[{"role":"user","content":"`+userAsk+`"}`...)
+		for j := 0; j < step; j++ {
+			tail = append(tail, `,{"role":"assistant","content":[`...)
+			tail = appendAnthropicToolUse(tail, runB, j)
+			tail = append(tail, `]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_`...)
+			tail = append(tail, run...)
+			tail = append(tail, '_')
+			tail = strconv.AppendInt(tail, int64(j), 10)
+			tail = append(tail, `","content":"`...)
+			tail = append(tail, observation(j)...)
+			tail = append(tail, `"}]}`...)
+		}
+		return head, append(tail, `]}`...)
+	}
+	head = append(head, `{"model":"gpt-4o-mini","user":"`...)
+	head = append(head, run...)
+	head = append(head, `","max_tokens":512,"temperature":0.2,`...)
+	if stream {
+		head = append(head, `"stream":true,`...)
+	}
+	head = append(head, `"tools":`+openAITools+`,"messages":[{"role":"system","content":"`...)
+	tail = append(tail, `"},{"role":"user","content":"`+userAsk+`"}`...)
+	for j := 0; j < step; j++ {
+		tail = append(tail, `,{"role":"assistant","content":null,"tool_calls":[`...)
+		tail = appendOpenAIToolCall(tail, runB, j)
+		tail = append(tail, `]},{"role":"tool","tool_call_id":"call_`...)
+		tail = append(tail, run...)
+		tail = append(tail, '_')
+		tail = strconv.AppendInt(tail, int64(j), 10)
+		tail = append(tail, `","content":"`...)
+		tail = append(tail, observation(j)...)
+		tail = append(tail, `"}`...)
+	}
+	return head, append(tail, `]}`...)
+}

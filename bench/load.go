@@ -1,0 +1,295 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	vegeta "github.com/tsenart/vegeta/v12/lib"
+)
+
+// target is one thing under load: a base URL and the processes that serve
+// it (the mock always; the proxy when there is one).
+type target struct {
+	name  string
+	url   string
+	mock  *proc
+	proxy *proc // nil for direct
+}
+
+// phaseResult is one fixed-rate or closed-loop phase against one target.
+type phaseResult struct {
+	Requests    int            `json:"requests"`
+	Errors      int            `json:"errors"`
+	ErrorSample []string       `json:"error_sample,omitempty"`
+	Unforwarded int64          `json:"unforwarded"` // answered by the proxy without reaching the mock
+	Seconds     float64        `json:"seconds"`
+	Throughput  float64        `json:"throughput_rps"`
+	P50us       float64        `json:"p50_us"`
+	P90us       float64        `json:"p90_us"`
+	P99us       float64        `json:"p99_us"`
+	MaxUs       float64        `json:"max_us"`
+	ProxyCPUus  float64        `json:"proxy_cpu_us_per_req,omitempty"`
+	MockCPUus   float64        `json:"mock_cpu_us_per_req"`
+	RunStates   map[string]int `json:"run_states,omitempty"` // X-Run-State of the answers
+}
+
+// loadClient is the load generator's HTTP client: keep-alive, a pool large
+// enough that no request waits for a connection, no compression.
+func loadClient() *http.Client {
+	return &http.Client{
+		Timeout: 30 * time.Second,
+		Transport: &http.Transport{
+			MaxIdleConns:        4096,
+			MaxIdleConnsPerHost: 4096,
+			IdleConnTimeout:     90 * time.Second,
+			DisableCompression:  true,
+		},
+	}
+}
+
+func targeter(base string, w *workload) vegeta.Targeter {
+	url := base + w.path()
+	return func(t *vegeta.Target) error {
+		run, body := w.next()
+		t.Method = http.MethodPost
+		t.URL = url
+		t.Body = body
+		t.Header = w.header(run)
+		return nil
+	}
+}
+
+// cpuSnap holds the CPU time of a target's processes at one moment.
+type cpuSnap struct{ mock, proxy time.Duration }
+
+func snapCPU(t *target) cpuSnap {
+	var s cpuSnap
+	s.mock, _ = cpuTime(t.mock.pid())
+	if t.proxy != nil {
+		s.proxy, _ = cpuTime(t.proxy.pid())
+	}
+	return s
+}
+
+// attack runs the workload against t: at rate req/s (open loop, vegeta's
+// constant pacer) or, with rate 0, closed loop with conc workers.
+func attack(ctx context.Context, c *http.Client, t *target, w *workload, rate, conc int, dur time.Duration) (phaseResult, error) {
+	opts := []func(*vegeta.Attacker){vegeta.Client(c), vegeta.KeepAlive(true), vegeta.HTTP2(false), vegeta.Timeout(30 * time.Second)}
+	pace := vegeta.Rate{Freq: rate, Per: time.Second}
+	if rate == 0 {
+		opts = append(opts, vegeta.Workers(uint64(conc)), vegeta.MaxWorkers(uint64(conc)))
+		pace = vegeta.Rate{Freq: 0, Per: 0} // as fast as the workers go
+	}
+	atk := vegeta.NewAttacker(opts...)
+	served0, err := servedCount(ctx, c, t.mock.addrURL())
+	if err != nil {
+		return phaseResult{}, fmt.Errorf("mock count: %w", err)
+	}
+	cpu0 := snapCPU(t)
+	start := time.Now()
+	lat := make([]time.Duration, 0, max(rate, 1000)*int(dur/time.Second+1))
+	var r phaseResult
+	states := map[string]int{}
+	stop := context.AfterFunc(ctx, func() { atk.Stop() })
+	defer stop()
+	for res := range atk.Attack(targeter(t.url, w), pace, dur, t.name) {
+		r.Requests++
+		if res.Error != "" || res.Code != http.StatusOK {
+			r.Errors++
+			if len(r.ErrorSample) < 5 {
+				msg := res.Error
+				if len(res.Body) > 0 {
+					msg += ": " + string(res.Body[:min(len(res.Body), 300)])
+				}
+				r.ErrorSample = append(r.ErrorSample, msg)
+			}
+			continue
+		}
+		lat = append(lat, res.Latency)
+		if s := res.Headers.Get("X-Run-State"); s != "" {
+			states[s]++
+		}
+	}
+	elapsed := time.Since(start)
+	cpu1 := snapCPU(t)
+	if err := ctx.Err(); err != nil {
+		return r, err
+	}
+	served1, err := servedCount(ctx, c, t.mock.addrURL())
+	if err != nil {
+		return r, fmt.Errorf("mock count: %w", err)
+	}
+	r.Unforwarded = int64(r.Requests-r.Errors) - (served1 - served0)
+	r.Seconds = elapsed.Seconds()
+	r.Throughput = float64(len(lat)) / elapsed.Seconds()
+	r.P50us, r.P90us, r.P99us, r.MaxUs = percentiles(lat)
+	if n := float64(r.Requests); n > 0 {
+		r.MockCPUus = float64((cpu1.mock - cpu0.mock).Microseconds()) / n
+		if t.proxy != nil {
+			r.ProxyCPUus = float64((cpu1.proxy - cpu0.proxy).Microseconds()) / n
+		}
+	}
+	if len(states) > 0 {
+		r.RunStates = states
+	}
+	return r, nil
+}
+
+func (s *proc) addrURL() string { return "http://" + s.addr }
+
+// percentiles returns p50, p90, p99 and max in microseconds.
+func percentiles(d []time.Duration) (p50, p90, p99, mx float64) {
+	if len(d) == 0 {
+		return
+	}
+	slices.Sort(d)
+	at := func(q float64) float64 {
+		i := int(q*float64(len(d)-1) + 0.5)
+		return float64(d[i].Nanoseconds()) / 1e3
+	}
+	return at(0.50), at(0.90), at(0.99), at(1)
+}
+
+// satLevel is one concurrency level of the saturation search.
+type satLevel struct {
+	Concurrency int         `json:"concurrency"`
+	Result      phaseResult `json:"result"`
+}
+
+// saturation is the closed-loop search for the highest throughput.
+type saturation struct {
+	Levels      []satLevel `json:"levels"`
+	PeakRPS     float64    `json:"peak_rps"`
+	PeakConc    int        `json:"peak_concurrency"`
+	ProxyCPUus  float64    `json:"proxy_cpu_us_per_req"` // at the peak level
+	MockCPUus   float64    `json:"mock_cpu_us_per_req"`
+	Errors      int        `json:"errors"`
+	Requests    int        `json:"requests"`
+	ErrorSample []string   `json:"error_sample,omitempty"`
+}
+
+// saturate doubles the number of closed-loop workers until throughput stops
+// growing: two levels in a row that do not beat the best by 3 % end it.
+func saturate(ctx context.Context, c *http.Client, t *target, mk func(string) *workload, maxConc int, step time.Duration) (saturation, error) {
+	var s saturation
+	flat := 0
+	for conc := 1; conc <= maxConc; conc *= 2 {
+		r, err := attack(ctx, c, t, mk("sat"+strconv.Itoa(conc)), 0, conc, step)
+		if err != nil {
+			return s, err
+		}
+		s.Levels = append(s.Levels, satLevel{Concurrency: conc, Result: r})
+		s.Errors += r.Errors
+		s.Requests += r.Requests
+		s.ErrorSample = append(s.ErrorSample, r.ErrorSample...)
+		if r.Throughput > s.PeakRPS*1.03 {
+			flat = 0
+		} else {
+			flat++
+		}
+		if r.Throughput > s.PeakRPS {
+			s.PeakRPS, s.PeakConc = r.Throughput, conc
+			s.ProxyCPUus, s.MockCPUus = r.ProxyCPUus, r.MockCPUus
+		}
+		if flat >= 2 {
+			break
+		}
+	}
+	if len(s.ErrorSample) > 5 {
+		s.ErrorSample = s.ErrorSample[:5]
+	}
+	return s, nil
+}
+
+// streamResult is the streamed-answer phase: one call at a time, so time to
+// first byte is the proxy's own delay and not queueing.
+type streamResult struct {
+	Requests    int      `json:"requests"`
+	Errors      int      `json:"errors"`
+	ErrorSample []string `json:"error_sample,omitempty"`
+	TTFBp50us   float64  `json:"ttfb_p50_us"`
+	TTFBp99us   float64  `json:"ttfb_p99_us"`
+	TotalP50us  float64  `json:"total_p50_us"`
+	TotalP99us  float64  `json:"total_p99_us"`
+}
+
+// streams measures n streamed calls: time to the first byte of the body (the
+// first event) and to its end.
+func streams(ctx context.Context, c *http.Client, t *target, w *workload, n int) (streamResult, error) {
+	var r streamResult
+	var ttfb, total []time.Duration
+	end := []byte("data: [DONE]")
+	if w.api == apiAnthropic {
+		end = []byte(`"type":"message_stop"`)
+	}
+	buf := make([]byte, 32<<10)
+	for i := 0; i < n; i++ {
+		if err := ctx.Err(); err != nil {
+			return r, err
+		}
+		r.Requests++
+		first, all, err := oneStream(ctx, c, t.url, w, buf, end)
+		if err != nil {
+			r.Errors++
+			if len(r.ErrorSample) < 5 {
+				r.ErrorSample = append(r.ErrorSample, err.Error())
+			}
+			continue
+		}
+		ttfb = append(ttfb, first)
+		total = append(total, all)
+	}
+	r.TTFBp50us, _, r.TTFBp99us, _ = percentiles(ttfb)
+	r.TotalP50us, _, r.TotalP99us, _ = percentiles(total)
+	return r, nil
+}
+
+func oneStream(ctx context.Context, c *http.Client, base string, w *workload, buf, end []byte) (first, all time.Duration, err error) {
+	run, body := w.next()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+w.path(), bytes.NewReader(body))
+	if err != nil {
+		return 0, 0, err
+	}
+	req.Header = w.header(run)
+	start := time.Now()
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 300))
+		return 0, 0, fmt.Errorf("status %d: %s", resp.StatusCode, b)
+	}
+	var tail []byte // the last bytes read, to find the end marker
+	for {
+		k, rerr := resp.Body.Read(buf)
+		if k > 0 {
+			if first == 0 {
+				first = time.Since(start)
+			}
+			tail = append(tail, buf[:k]...)
+			if len(tail) > 256 {
+				tail = tail[len(tail)-256:]
+			}
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			return 0, 0, rerr
+		}
+	}
+	all = time.Since(start)
+	if !bytes.Contains(tail, end) {
+		return 0, 0, errors.New("stream ended without its final event")
+	}
+	return first, all, nil
+}

@@ -1,0 +1,177 @@
+// Command bench is Haltline's load harness (issue 10): it measures what the
+// gateway adds to a model call, black-box, against two references measured
+// in the same run and on the same machine:
+//
+//   - direct: the load generator talks to the mock upstream itself;
+//   - floor: a bare httputil.ReverseProxy in front of the same mock, the
+//     least any Go proxy can add;
+//   - haltline: the real gateway binary, every default feature on (run
+//     tracking, metering, policy, loop guard), plus any -variant.
+//
+// Everything it starts listens on 127.0.0.1 and stops with it; every phase
+// is bounded in time.
+//
+//	go run ./bench -short                          # CI: a few seconds, no speed assertions
+//	go run ./bench -json bench/out/results.json    # full: 3 rounds, a few minutes
+//
+// The mock upstream and the floor proxy are this same binary started again
+// in another role (HALTLINE_BENCH_ROLE), so that each is a process of its
+// own: pinned to a core, with its own CPU time and peak RSS in /proc.
+//
+// Workload. Every model request carries an X-Run-Id, and the requests of one
+// run form a real agent loop: step k echoes the k tool calls the mock asked
+// for and their (distinct) results, so the gateway tracks the run, meters
+// each step, asks policy, feeds the loop guard and, when the mock gives its
+// final answer at the last step, completes the run. Run ids cycle over
+// -slots concurrent runs of -steps steps each, so consecutive steps of one
+// run are -slots requests apart (about a second at 1,000 req/s) and never
+// overlap. Explicit run ids were chosen over lineage-only continuation
+// because they keep the identification cost constant and the workload the
+// same for the three targets; lineage indexing still runs, since the gateway
+// indexes every answer.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// roleEnv selects the role of a re-executed harness binary.
+const roleEnv = "HALTLINE_BENCH_ROLE"
+
+func main() {
+	if role := os.Getenv(roleEnv); role != "" {
+		if err := runRole(role, os.Args[1:]); err != nil {
+			fmt.Fprintln(os.Stderr, "bench", role+":", err)
+			os.Exit(1)
+		}
+		return
+	}
+	os.Exit(harnessMain(os.Args[1:]))
+}
+
+// options are the harness's flags.
+type options struct {
+	short       bool
+	rounds      int
+	duration    time.Duration
+	warmup      time.Duration
+	satStep     time.Duration
+	satMax      int
+	streams     int
+	chunks      int
+	chunkGap    time.Duration
+	steps       int
+	slots       int
+	gatewayBin  string
+	gatewayArgs string
+	variants    variantFlag
+	anthropic   bool
+	pin         bool
+	jsonOut     string
+	timeout     time.Duration
+	command     string
+}
+
+// variantFlag collects -variant name=args: more Haltline targets measured in
+// the same run, e.g. the Redis store.
+type variantFlag []variant
+
+type variant struct{ name, args string }
+
+func (v *variantFlag) String() string {
+	var s []string
+	for _, x := range *v {
+		s = append(s, x.name+"="+x.args)
+	}
+	return strings.Join(s, " ")
+}
+
+func (v *variantFlag) Set(s string) error {
+	name, args, ok := strings.Cut(s, "=")
+	if !ok || name == "" {
+		return fmt.Errorf("want name=args, got %q", s)
+	}
+	*v = append(*v, variant{name: name, args: args})
+	return nil
+}
+
+func parseOptions(args []string) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.BoolVar(&o.short, "short", false, "CI mode: one short round, a few seconds, no speed assertions")
+	fs.IntVar(&o.rounds, "rounds", 3, "rounds; figures are medians over rounds")
+	fs.DurationVar(&o.duration, "duration", 10*time.Second, "length of each fixed-rate phase")
+	fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "warm-up at 500 req/s before each target's phases")
+	fs.DurationVar(&o.satStep, "sat-step", 2*time.Second, "length of each concurrency level of the saturation search")
+	fs.IntVar(&o.satMax, "sat-max", 256, "highest concurrency of the saturation search")
+	fs.IntVar(&o.streams, "streams", 300, "streamed calls measured one at a time, per API")
+	fs.IntVar(&o.chunks, "chunks", 50, "content chunks in each streamed answer")
+	fs.DurationVar(&o.chunkGap, "chunk-gap", 0, "pause of the mock between stream chunks")
+	fs.IntVar(&o.steps, "steps", 4, "model calls per run (the last one gets the final answer)")
+	fs.IntVar(&o.slots, "slots", 1024, "runs in progress at once; consecutive steps of a run are this many requests apart")
+	fs.StringVar(&o.gatewayBin, "gateway-bin", "", "gateway binary (default: go build ./cmd/gateway into a temporary directory)")
+	fs.StringVar(&o.gatewayArgs, "gateway-args", "", "extra arguments for `gateway serve` of the haltline target, space separated (e.g. \"--redis-url redis://127.0.0.1:6379\")")
+	fs.Var(&o.variants, "variant", "extra Haltline target name=ARGS measured in the same run (repeatable), e.g. 'redis=--redis-url redis://127.0.0.1:6379'")
+	fs.BoolVar(&o.anthropic, "anthropic", true, "also measure /v1/messages (Anthropic format)")
+	fs.BoolVar(&o.pin, "pin", true, "pin the load generator to CPU 0, the mock and the proxies to CPU 1")
+	fs.StringVar(&o.jsonOut, "json", "", "write the results as JSON to this file (\"-\" for standard output)")
+	fs.DurationVar(&o.timeout, "timeout", 30*time.Minute, "hard bound on the whole run")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if o.short {
+		// Short mode proves that everything runs and every request
+		// succeeds; its figures mean nothing.
+		def := func(name string, apply func()) {
+			if !set[name] {
+				apply()
+			}
+		}
+		def("rounds", func() { o.rounds = 1 })
+		def("duration", func() { o.duration = 400 * time.Millisecond })
+		def("warmup", func() { o.warmup = 200 * time.Millisecond })
+		def("sat-step", func() { o.satStep = 300 * time.Millisecond })
+		def("sat-max", func() { o.satMax = 8 })
+		def("streams", func() { o.streams = 10 })
+		def("slots", func() { o.slots = 128 })
+		def("timeout", func() { o.timeout = 2 * time.Minute })
+	}
+	if o.rounds < 1 || o.steps < 1 || o.slots < 1 || o.chunks < 1 || o.satMax < 1 {
+		return o, fmt.Errorf("rounds, steps, slots, chunks and sat-max must be positive")
+	}
+	o.command = "go run ./bench " + strings.Join(args, " ")
+	return o, nil
+}
+
+func harnessMain(args []string) int {
+	o, err := parseOptions(args)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	rep, err := run(ctx, o, os.Stdout)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 1
+	}
+	if bad := rep.failures(); len(bad) > 0 {
+		for _, b := range bad {
+			fmt.Fprintln(os.Stderr, "bench: FAIL:", b)
+		}
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,522 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+)
+
+type meta struct {
+	Date      string  `json:"date"`
+	NProc     int     `json:"nproc"`
+	CPUModel  string  `json:"cpu_model"`
+	GoVersion string  `json:"go_version"`
+	Command   string  `json:"command"`
+	Placement string  `json:"placement"`
+	Rounds    int     `json:"rounds"`
+	Short     bool    `json:"short"`
+	Duration  string  `json:"phase_duration"`
+	Steps     int     `json:"steps_per_run"`
+	Slots     int     `json:"concurrent_runs"`
+	Chunks    int     `json:"stream_chunks"`
+	Seconds   float64 `json:"seconds"`
+	Note      string  `json:"note"`
+}
+
+// summary holds one target's figures: medians over rounds; overheads are
+// against direct and ratios against the floor, both taken within a round.
+type summary struct {
+	P50us         map[string]float64 `json:"p50_us"`
+	P99us         map[string]float64 `json:"p99_us"`
+	AddedP50us    map[string]float64 `json:"added_p50_us,omitempty"`
+	AddedP99us    map[string]float64 `json:"added_p99_us,omitempty"`
+	RatioP50      map[string]float64 `json:"added_p50_vs_floor,omitempty"`
+	RatioP99      map[string]float64 `json:"added_p99_vs_floor,omitempty"`
+	CPU1000us     float64            `json:"proxy_cpu_us_per_req_1000rps,omitempty"`
+	SatRPS        float64            `json:"saturation_rps"`
+	SatRatio      float64            `json:"saturation_vs_floor,omitempty"`
+	SatCPUus      float64            `json:"proxy_cpu_us_per_req_saturation,omitempty"`
+	SatMockCPUus  float64            `json:"mock_cpu_us_per_req_saturation"`
+	TTFBus        map[string]float64 `json:"stream_ttfb_p50_us"`
+	AddedTTFBus   map[string]float64 `json:"stream_added_ttfb_p50_us,omitempty"`
+	TTFBRatio     map[string]float64 `json:"stream_added_ttfb_vs_floor,omitempty"`
+	StreamTotalUs map[string]float64 `json:"stream_total_p50_us"`
+	AddedTotalUs  map[string]float64 `json:"stream_added_total_p50_us,omitempty"`
+	PeakRSSKB     float64            `json:"peak_rss_kb,omitempty"`
+	Requests      int                `json:"requests"`
+	Errors        int                `json:"errors"`
+	Unforwarded   int64              `json:"unforwarded"`
+	RunStates     map[string]int     `json:"run_states,omitempty"`
+}
+
+type check struct {
+	Target    string  `json:"target"`
+	Measure   string  `json:"measure"`
+	Value     float64 `json:"value"`
+	Limit     string  `json:"limit"`
+	Met       bool    `json:"met"`
+	Shortfall string  `json:"shortfall,omitempty"`
+}
+
+type report struct {
+	Meta     meta                `json:"meta"`
+	Summary  map[string]*summary `json:"summary"`
+	Checks   []check             `json:"checks"`
+	Rounds   []*round            `json:"rounds"`
+	targets  []string
+	gateways []string
+	apis     []string
+	phases   []string
+}
+
+func newReport(o options, pl placement, gateways []variant) *report {
+	r := &report{Meta: meta{
+		Date:      time.Now().UTC().Format("2006-01-02"),
+		NProc:     runtime.NumCPU(),
+		CPUModel:  cpuModel(),
+		GoVersion: goVersion(),
+		Command:   o.command,
+		Placement: pl.method(),
+		Rounds:    o.rounds,
+		Short:     o.short,
+		Duration:  o.duration.String(),
+		Steps:     o.steps,
+		Slots:     o.slots,
+		Chunks:    o.chunks,
+		Note:      "shared machine: other builds ran at the same time, figures are noisy",
+	}}
+	r.targets = []string{"direct", "floor"}
+	for _, g := range gateways {
+		r.targets = append(r.targets, g.name)
+		r.gateways = append(r.gateways, g.name)
+	}
+	r.apis = []string{apiOpenAI}
+	r.phases = []string{phase200, phase1000, phase200KB}
+	if o.anthropic {
+		r.apis = append(r.apis, apiAnthropic)
+		r.phases = append(r.phases, phaseAnth)
+	}
+	return r
+}
+
+func median(v []float64) float64 {
+	v = slices.DeleteFunc(slices.Clone(v), func(x float64) bool { return math.IsNaN(x) })
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	slices.Sort(v)
+	if len(v)%2 == 1 {
+		return v[len(v)/2]
+	}
+	return (v[len(v)/2-1] + v[len(v)/2]) / 2
+}
+
+// ratio is a/b, or NaN when the floor's own figure is not positive (noise
+// can make it so) and a ratio would mean nothing.
+func ratio(a, b float64) float64 {
+	if b <= 0 {
+		return math.NaN()
+	}
+	return a / b
+}
+
+// summarise computes the medians over complete rounds.
+func (r *report) summarise() {
+	r.Summary = map[string]*summary{}
+	var rounds []*round
+	for _, rd := range r.Rounds {
+		if len(rd.Targets) == len(r.targets) {
+			rounds = append(rounds, rd)
+		}
+	}
+	med := func(f func(rd *round) float64) float64 {
+		var v []float64
+		for _, rd := range rounds {
+			v = append(v, f(rd))
+		}
+		return median(v)
+	}
+	for _, name := range r.targets {
+		s := &summary{P50us: map[string]float64{}, P99us: map[string]float64{}, TTFBus: map[string]float64{},
+			StreamTotalUs: map[string]float64{}, RunStates: map[string]int{}}
+		proxy := name != "direct"
+		gw := name != "direct" && name != "floor"
+		if proxy {
+			s.AddedP50us, s.AddedP99us = map[string]float64{}, map[string]float64{}
+			s.AddedTTFBus, s.AddedTotalUs = map[string]float64{}, map[string]float64{}
+		}
+		if gw {
+			s.RatioP50, s.RatioP99, s.TTFBRatio = map[string]float64{}, map[string]float64{}, map[string]float64{}
+		}
+		ph := func(rd *round, t, p string) phaseResult { return rd.Targets[t].Phases[p] }
+		for _, p := range r.phases {
+			s.P50us[p] = med(func(rd *round) float64 { return ph(rd, name, p).P50us })
+			s.P99us[p] = med(func(rd *round) float64 { return ph(rd, name, p).P99us })
+			if proxy {
+				s.AddedP50us[p] = med(func(rd *round) float64 { return ph(rd, name, p).P50us - ph(rd, "direct", p).P50us })
+				s.AddedP99us[p] = med(func(rd *round) float64 { return ph(rd, name, p).P99us - ph(rd, "direct", p).P99us })
+			}
+			if gw {
+				s.RatioP50[p] = med(func(rd *round) float64 {
+					return ratio(ph(rd, name, p).P50us-ph(rd, "direct", p).P50us, ph(rd, "floor", p).P50us-ph(rd, "direct", p).P50us)
+				})
+				s.RatioP99[p] = med(func(rd *round) float64 {
+					return ratio(ph(rd, name, p).P99us-ph(rd, "direct", p).P99us, ph(rd, "floor", p).P99us-ph(rd, "direct", p).P99us)
+				})
+			}
+		}
+		st := func(rd *round, t, api string) streamResult { return rd.Targets[t].Streams[api] }
+		for _, api := range r.apis {
+			s.TTFBus[api] = med(func(rd *round) float64 { return st(rd, name, api).TTFBp50us })
+			s.StreamTotalUs[api] = med(func(rd *round) float64 { return st(rd, name, api).TotalP50us })
+			if proxy {
+				s.AddedTTFBus[api] = med(func(rd *round) float64 { return st(rd, name, api).TTFBp50us - st(rd, "direct", api).TTFBp50us })
+				s.AddedTotalUs[api] = med(func(rd *round) float64 { return st(rd, name, api).TotalP50us - st(rd, "direct", api).TotalP50us })
+			}
+			if gw {
+				s.TTFBRatio[api] = med(func(rd *round) float64 {
+					return ratio(st(rd, name, api).TTFBp50us-st(rd, "direct", api).TTFBp50us, st(rd, "floor", api).TTFBp50us-st(rd, "direct", api).TTFBp50us)
+				})
+			}
+		}
+		s.SatRPS = med(func(rd *round) float64 { return rd.Targets[name].Saturation.PeakRPS })
+		s.SatMockCPUus = med(func(rd *round) float64 { return rd.Targets[name].Saturation.MockCPUus })
+		if proxy {
+			s.SatCPUus = med(func(rd *round) float64 { return rd.Targets[name].Saturation.ProxyCPUus })
+			s.CPU1000us = med(func(rd *round) float64 { return ph(rd, name, phase1000).ProxyCPUus })
+			s.PeakRSSKB = med(func(rd *round) float64 { return float64(rd.Targets[name].PeakRSSKB) })
+		}
+		if gw {
+			s.SatRatio = med(func(rd *round) float64 {
+				return ratio(rd.Targets[name].Saturation.PeakRPS, rd.Targets["floor"].Saturation.PeakRPS)
+			})
+		}
+		// Counts cover every round, complete or not.
+		for _, rd := range r.Rounds {
+			t := rd.Targets[name]
+			if t == nil {
+				continue
+			}
+			for _, p := range t.Phases {
+				s.Requests += p.Requests
+				s.Errors += p.Errors
+				s.Unforwarded += p.Unforwarded
+				for k, v := range p.RunStates {
+					s.RunStates[k] += v
+				}
+			}
+			for _, l := range t.Saturation.Levels {
+				s.Unforwarded += l.Result.Unforwarded
+			}
+			s.Requests += t.Saturation.Requests
+			s.Errors += t.Saturation.Errors
+			for _, st := range t.Streams {
+				s.Requests += st.Requests
+				s.Errors += st.Errors
+			}
+		}
+		if len(s.RunStates) == 0 {
+			s.RunStates = nil
+		}
+		r.Summary[name] = s
+	}
+	if len(rounds) == 0 {
+		return
+	}
+	for _, g := range r.gateways {
+		r.checks(g)
+	}
+}
+
+// checks compares a gateway with the targets of issue 10.
+func (r *report) checks(g string) {
+	s, fl := r.Summary[g], r.Summary["floor"]
+	add := func(measure string, v float64, limit string, met bool, short string) {
+		c := check{Target: g, Measure: measure, Value: round2(v), Limit: limit, Met: met}
+		if !met {
+			c.Shortfall = short
+		}
+		r.Checks = append(r.Checks, c)
+	}
+	x := s.RatioP50[phase1000]
+	add("added p50 at 1,000 req/s, 2 KB, vs floor", x, "≤ 1.0× floor", x <= 1.0,
+		fmt.Sprintf("%s the floor (%.0f µs vs %.0f µs added)", times(x), s.AddedP50us[phase1000], fl.AddedP50us[phase1000]))
+	x = s.RatioP99[phase1000]
+	add("added p99 at 1,000 req/s, 2 KB, vs floor", x, "≤ 1.5× floor", x <= 1.5,
+		fmt.Sprintf("%s the floor (%.0f µs vs %.0f µs added)", times(x), s.AddedP99us[phase1000], fl.AddedP99us[phase1000]))
+	x = s.AddedP50us[phase200KB]
+	add("added p50 at 1,000 req/s, 200 KB", x, "< 400 µs", x < 400,
+		fmt.Sprintf("%.0f µs over", x-400))
+	x = s.SatRatio
+	add("saturation throughput vs floor", x, "≥ 1.2× floor", x >= 1.2,
+		fmt.Sprintf("%s the floor (%.0f vs %.0f req/s)", times(x), s.SatRPS, fl.SatRPS))
+	x = s.SatCPUus
+	add("CPU per request at saturation (gateway process)", x, "≤ 60 µs", x <= 60,
+		fmt.Sprintf("%.0f µs over", x-60))
+	x = s.TTFBRatio[apiOpenAI]
+	add("added stream TTFB vs floor (no nginx here: the Go floor stands in)", x, "≤ 1.0× (nginx)", x <= 1.0,
+		fmt.Sprintf("%s the floor (%.0f µs vs %.0f µs added)", times(x), s.AddedTTFBus[apiOpenAI], fl.AddedTTFBus[apiOpenAI]))
+}
+
+func round2(v float64) float64 {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return -1
+	}
+	return math.Round(v*100) / 100
+}
+
+// failures lists what makes the run fail: errors, crashes, missing rounds.
+// Speed never does.
+func (r *report) failures() []string {
+	var f []string
+	if len(r.Rounds) < r.Meta.Rounds {
+		f = append(f, fmt.Sprintf("%d of %d rounds completed", len(r.Rounds), r.Meta.Rounds))
+	}
+	for i, rd := range r.Rounds {
+		for _, name := range r.targets {
+			t := rd.Targets[name]
+			if t == nil {
+				f = append(f, fmt.Sprintf("round %d: %s not measured", i+1, name))
+				continue
+			}
+			if t.LogTail != "" {
+				f = append(f, fmt.Sprintf("round %d: %s log tail:\n%s", i+1, name, t.LogTail))
+			}
+			if t.Crashed != "" {
+				f = append(f, fmt.Sprintf("round %d: %s %s", i+1, name, t.Crashed))
+			}
+			for p, ph := range t.Phases {
+				if ph.Errors > 0 {
+					f = append(f, fmt.Sprintf("round %d: %s %s: %d of %d requests failed: %s", i+1, name, p, ph.Errors, ph.Requests, strings.Join(ph.ErrorSample, " | ")))
+				}
+			}
+			for api, st := range t.Streams {
+				if st.Errors > 0 {
+					f = append(f, fmt.Sprintf("round %d: %s stream %s: %d of %d failed: %s", i+1, name, api, st.Errors, st.Requests, strings.Join(st.ErrorSample, " | ")))
+				}
+			}
+			if sat := t.Saturation; sat.Errors > 0 {
+				f = append(f, fmt.Sprintf("round %d: %s saturation: %d of %d failed: %s", i+1, name, sat.Errors, sat.Requests, strings.Join(sat.ErrorSample, " | ")))
+			}
+		}
+	}
+	return f
+}
+
+func (r *report) writeJSON(path string, out io.Writer) error {
+	b, err := json.MarshalIndent(nanSafe(r), "", "  ")
+	if err != nil {
+		return err
+	}
+	b = append(b, '\n')
+	if path == "-" {
+		_, err = out.Write(b)
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
+}
+
+// nanSafe returns r with NaN figures (a ratio to a non-positive floor)
+// replaced by -1, which JSON can carry.
+func nanSafe(r *report) *report {
+	c := *r
+	c.Summary = map[string]*summary{}
+	fix := func(m map[string]float64) map[string]float64 {
+		if m == nil {
+			return nil
+		}
+		o := map[string]float64{}
+		for k, v := range m {
+			o[k] = round2(v)
+		}
+		return o
+	}
+	for k, s := range r.Summary {
+		t := *s
+		t.P50us, t.P99us, t.AddedP50us, t.AddedP99us = fix(s.P50us), fix(s.P99us), fix(s.AddedP50us), fix(s.AddedP99us)
+		t.RatioP50, t.RatioP99, t.TTFBus, t.AddedTTFBus = fix(s.RatioP50), fix(s.RatioP99), fix(s.TTFBus), fix(s.AddedTTFBus)
+		t.TTFBRatio, t.StreamTotalUs, t.AddedTotalUs = fix(s.TTFBRatio), fix(s.StreamTotalUs), fix(s.AddedTotalUs)
+		t.CPU1000us, t.SatRPS, t.SatRatio, t.SatCPUus = round2(s.CPU1000us), round2(s.SatRPS), round2(s.SatRatio), round2(s.SatCPUus)
+		t.SatMockCPUus, t.PeakRSSKB = round2(s.SatMockCPUus), round2(s.PeakRSSKB)
+		c.Summary[k] = &t
+	}
+	return &c
+}
+
+// markdown prints the results tables.
+func (r *report) markdown(w io.Writer) {
+	if len(r.Summary) == 0 {
+		return
+	}
+	m := r.Meta
+	fmt.Fprintf(w, "\n%s · %d × %s · %s · `%s` · medians of %d round(s) · %s\n\n",
+		m.Date, m.NProc, m.CPUModel, m.GoVersion, m.Command, m.Rounds, m.Note)
+	fmt.Fprintf(w, "Placement: %s.\n\n", m.Placement)
+
+	// Absolute latencies.
+	fmt.Fprint(w, "| latency (µs) |")
+	for _, t := range r.targets {
+		fmt.Fprintf(w, " %s p50 | %s p99 |", t, t)
+	}
+	fmt.Fprint(w, "\n|---|")
+	for range r.targets {
+		fmt.Fprint(w, "---:|---:|")
+	}
+	fmt.Fprintln(w)
+	for _, p := range r.phases {
+		fmt.Fprintf(w, "| %s |", phaseLabel(p))
+		for _, t := range r.targets {
+			fmt.Fprintf(w, " %s | %s |", num(r.Summary[t].P50us[p]), num(r.Summary[t].P99us[p]))
+		}
+		fmt.Fprintln(w)
+	}
+
+	// What each proxy adds, with the gateways' ratio to the floor.
+	fmt.Fprintln(w)
+	fmt.Fprint(w, "| measure |")
+	for _, t := range r.targets {
+		fmt.Fprintf(w, " %s |", t)
+	}
+	fmt.Fprint(w, " issue target (haltline) | met |\n|---|")
+	for range r.targets {
+		fmt.Fprint(w, "---:|")
+	}
+	fmt.Fprintln(w, "---|---|")
+	type row struct {
+		label  string
+		value  func(s *summary) float64
+		ratio  func(s *summary) float64 // gateways only
+		direct bool                     // direct has a value
+		unit   string
+		target string
+		check  string
+	}
+	rows := []row{}
+	for _, p := range r.phases {
+		p := p
+		rows = append(rows,
+			row{label: "added p50, " + phaseLabel(p), value: func(s *summary) float64 { return s.AddedP50us[p] },
+				ratio: func(s *summary) float64 { return s.RatioP50[p] }, unit: "µs"},
+			row{label: "added p99, " + phaseLabel(p), value: func(s *summary) float64 { return s.AddedP99us[p] },
+				ratio: func(s *summary) float64 { return s.RatioP99[p] }, unit: "µs"})
+	}
+	for i := range rows {
+		switch rows[i].label {
+		case "added p50, " + phaseLabel(phase1000):
+			rows[i].target, rows[i].check = "≤ floor", "added p50 at 1,000 req/s, 2 KB, vs floor"
+		case "added p99, " + phaseLabel(phase1000):
+			rows[i].target, rows[i].check = "≤ 1.5× floor", "added p99 at 1,000 req/s, 2 KB, vs floor"
+		case "added p50, " + phaseLabel(phase200KB):
+			rows[i].target, rows[i].check = "< 400 µs", "added p50 at 1,000 req/s, 200 KB"
+		}
+	}
+	rows = append(rows,
+		row{label: "saturation throughput, closed loop (req/s)", value: func(s *summary) float64 { return s.SatRPS },
+			ratio: func(s *summary) float64 { return s.SatRatio }, direct: true, target: "≥ 1.2× floor", check: "saturation throughput vs floor"},
+		row{label: "CPU per request at saturation, proxy process", value: func(s *summary) float64 { return s.SatCPUus },
+			unit: "µs", target: "≤ 60 µs", check: "CPU per request at saturation (gateway process)"},
+		row{label: "CPU per request at 1,000 req/s, proxy process", value: func(s *summary) float64 { return s.CPU1000us }, unit: "µs"},
+		row{label: "CPU per request at saturation, mock process", value: func(s *summary) float64 { return s.SatMockCPUus }, direct: true, unit: "µs"},
+	)
+	for _, api := range r.apis {
+		api := api
+		rows = append(rows,
+			row{label: fmt.Sprintf("stream TTFB p50, %s, %d chunks", api, r.Meta.Chunks), value: func(s *summary) float64 { return s.TTFBus[api] }, direct: true, unit: "µs"},
+			row{label: fmt.Sprintf("added stream TTFB p50, %s", api), value: func(s *summary) float64 { return s.AddedTTFBus[api] },
+				ratio: func(s *summary) float64 { return s.TTFBRatio[api] }, unit: "µs"},
+			row{label: fmt.Sprintf("stream total p50, %s, %d chunks", api, r.Meta.Chunks), value: func(s *summary) float64 { return s.StreamTotalUs[api] }, direct: true, unit: "µs"},
+			row{label: fmt.Sprintf("added stream total p50, %s", api), value: func(s *summary) float64 { return s.AddedTotalUs[api] }, unit: "µs"},
+		)
+		if api == apiOpenAI {
+			rows[len(rows)-3].target = "≤ nginx (not measured; floor shown)"
+			rows[len(rows)-3].check = "added stream TTFB vs floor (no nginx here: the Go floor stands in)"
+		}
+	}
+	rows = append(rows,
+		row{label: "peak RSS (VmHWM), MiB", value: func(s *summary) float64 { return s.PeakRSSKB / 1024 }, target: "reported"},
+		row{label: "requests / errors / not forwarded", target: "0 errors"},
+	)
+	for _, rw := range rows {
+		fmt.Fprintf(w, "| %s |", rw.label)
+		for _, t := range r.targets {
+			s := r.Summary[t]
+			switch {
+			case rw.value == nil:
+				fmt.Fprintf(w, " %d / %d / %d |", s.Requests, s.Errors, s.Unforwarded)
+			case t == "direct" && !rw.direct:
+				fmt.Fprint(w, " — |")
+			case rw.ratio != nil && t != "direct" && t != "floor":
+				fmt.Fprintf(w, " %s (%s) |", num(rw.value(s)), times(rw.ratio(s)))
+			default:
+				fmt.Fprintf(w, " %s |", num(rw.value(s)))
+			}
+		}
+		met := ""
+		for _, c := range r.Checks {
+			if c.Target == "haltline" && c.Measure == rw.check {
+				met = "yes"
+				if !c.Met {
+					met = "**no**: " + c.Shortfall
+				}
+			}
+		}
+		if rw.value == nil {
+			met = "yes"
+			if r.Summary["haltline"].Errors > 0 {
+				met = "**no**"
+			}
+		}
+		fmt.Fprintf(w, " %s | %s |\n", rw.target, met)
+	}
+	fmt.Fprintln(w)
+	if s := r.Summary["haltline"]; s != nil && len(s.RunStates) > 0 {
+		var parts []string
+		for _, k := range slices.Sorted(maps.Keys(s.RunStates)) {
+			parts = append(parts, fmt.Sprintf("%s %d", k, s.RunStates[k]))
+		}
+		fmt.Fprintf(w, "Haltline's X-Run-State on the fixed-rate answers: %s.\n", strings.Join(parts, ", "))
+	}
+}
+
+func phaseLabel(p string) string {
+	switch p {
+	case phase200:
+		return "200 req/s, 2 KB"
+	case phase1000:
+		return "1,000 req/s, 2 KB"
+	case phase200KB:
+		return "1,000 req/s, 200 KB"
+	case phaseAnth:
+		return "1,000 req/s, 2 KB, Anthropic"
+	}
+	return p
+}
+
+func num(v float64) string {
+	switch {
+	case math.IsNaN(v):
+		return "n/a"
+	case math.Abs(v) >= 100:
+		return fmt.Sprintf("%.0f", v)
+	default:
+		return fmt.Sprintf("%.1f", v)
+	}
+}
+
+func times(v float64) string {
+	if math.IsNaN(v) {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.2f×", v)
+}

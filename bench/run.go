@@ -1,0 +1,250 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Phase names, as they appear in the JSON.
+const (
+	phase200   = "openai_200rps_2KB"
+	phase1000  = "openai_1000rps_2KB"
+	phase200KB = "openai_1000rps_200KB"
+	phaseAnth  = "anthropic_1000rps_2KB"
+)
+
+// targetResult is everything measured on one target in one round.
+type targetResult struct {
+	Phases     map[string]phaseResult  `json:"phases"`
+	Saturation saturation              `json:"saturation"`
+	Streams    map[string]streamResult `json:"streams"`
+	PeakRSSKB  int64                   `json:"peak_rss_kb,omitempty"` // the proxy process; absent for direct
+	LogErrors  int                     `json:"log_errors,omitempty"`  // error lines in the proxy's log
+	Crashed    string                  `json:"crashed,omitempty"`
+	LogTail    string                  `json:"log_tail,omitempty"` // the proxy's last log lines, kept when a request failed
+}
+
+// failed reports whether any request to the target failed.
+func (t *targetResult) failed() bool {
+	n := t.Saturation.Errors
+	for _, p := range t.Phases {
+		n += p.Errors
+	}
+	for _, s := range t.Streams {
+		n += s.Errors
+	}
+	return n > 0
+}
+
+type round struct {
+	Targets     map[string]*targetResult `json:"targets"`
+	MockRSSKB   int64                    `json:"mock_peak_rss_kb"`
+	Placement   []string                 `json:"placement"`
+	TargetOrder []string                 `json:"target_order"`
+}
+
+// run measures every target for o.rounds rounds and prints the report.
+func run(ctx context.Context, o options, out io.Writer) (*report, error) {
+	started := time.Now()
+	pl := newPlacement(o.pin)
+	if err := pl.pinSelf(); err != nil {
+		pl.enabled = false
+		pl.note = "pinning failed: " + err.Error()
+	}
+	dir, err := os.MkdirTemp("", "haltline-bench-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+
+	bin := o.gatewayBin
+	if bin == "" {
+		fmt.Fprintln(out, "building the gateway (go build ./cmd/gateway)…")
+		if bin, err = buildGateway(ctx, dir); err != nil {
+			return nil, err
+		}
+	}
+	gateways := []variant{{name: "haltline", args: o.gatewayArgs}}
+	gateways = append(gateways, o.variants...)
+
+	rep := newReport(o, pl, gateways)
+	fmt.Fprintf(out, "placement: %s\n", pl.method())
+	for i := 0; i < o.rounds; i++ {
+		fmt.Fprintf(out, "round %d of %d\n", i+1, o.rounds)
+		rd, err := runRound(ctx, o, &pl, dir, bin, gateways, i, out)
+		if rd != nil {
+			rep.Rounds = append(rep.Rounds, rd)
+		}
+		if err != nil {
+			return rep, err
+		}
+	}
+	rep.Meta.Seconds = time.Since(started).Seconds()
+	rep.summarise()
+	rep.markdown(out)
+	if o.jsonOut != "" {
+		if err := rep.writeJSON(o.jsonOut, out); err != nil {
+			return rep, err
+		}
+	}
+	return rep, nil
+}
+
+func runRound(ctx context.Context, o options, pl *placement, dir, bin string, gateways []variant, idx int, out io.Writer) (*round, error) {
+	rd := &round{Targets: map[string]*targetResult{}}
+	rdir, err := os.MkdirTemp(dir, "round-")
+	if err != nil {
+		return nil, err
+	}
+	mock, err := startRole(ctx, pl, rdir, "mock", "-steps", strconv.Itoa(o.steps),
+		"-chunks", strconv.Itoa(o.chunks), "-chunk-gap", o.chunkGap.String())
+	if err != nil {
+		return nil, err
+	}
+	defer mock.stop()
+	rd.Placement = append(rd.Placement, placementLine("load generator", os.Getpid()), placementLine("mock", mock.pid()))
+	client := loadClient()
+	defer client.CloseIdleConnections()
+
+	type starter struct {
+		name  string
+		start func() (*proc, error)
+	}
+	starters := []starter{
+		{"direct", func() (*proc, error) { return nil, nil }},
+		{"floor", func() (*proc, error) {
+			return startRole(ctx, pl, rdir, "floor", "-upstream", mock.addrURL())
+		}},
+	}
+	for _, g := range gateways {
+		starters = append(starters, starter{g.name, func() (*proc, error) {
+			return startGateway(ctx, pl, rdir, g.name, bin, mock.addrURL(), strings.Fields(g.args))
+		}})
+	}
+	for _, st := range starters {
+		rd.TargetOrder = append(rd.TargetOrder, st.name)
+		p, err := st.start()
+		if err != nil {
+			return rd, err
+		}
+		t := &target{name: st.name, mock: mock, proxy: p, url: mock.addrURL()}
+		if p != nil {
+			t.url = p.addrURL()
+			rd.Placement = append(rd.Placement, placementLine(st.name, p.pid()))
+		}
+		res, err := measureTarget(ctx, o, client, t, fmt.Sprintf("r%d%s", idx, st.name), out)
+		if p != nil {
+			res.PeakRSSKB = peakRSS(p.pid())
+			if done, perr := p.exited(); done {
+				res.Crashed = fmt.Sprintf("exited during the round: %v\n%s", perr, p.tail(30))
+			}
+			p.stop()
+			res.LogErrors = countErrorLines(p.log)
+			if res.failed() {
+				res.LogTail = p.tail(20)
+			}
+		}
+		rd.Targets[st.name] = res
+		client.CloseIdleConnections() // the next target starts from no connection
+		if err != nil {
+			return rd, fmt.Errorf("%s: %w", st.name, err)
+		}
+	}
+	rd.MockRSSKB = peakRSS(mock.pid())
+	return rd, nil
+}
+
+func placementLine(name string, pid int) string {
+	return fmt.Sprintf("%s (pid %d): CPUs %s", name, pid, statusField(pid, "Cpus_allowed_list"))
+}
+
+// countErrorLines counts the error-level lines of a JSON or text log.
+func countErrorLines(path string) int {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	return strings.Count(string(b), `"level":"ERROR"`) + strings.Count(string(b), "level=ERROR")
+}
+
+// measureTarget runs every phase against one target.
+func measureTarget(ctx context.Context, o options, c *http.Client, t *target, tag string, out io.Writer) (*targetResult, error) {
+	res := &targetResult{Phases: map[string]phaseResult{}, Streams: map[string]streamResult{}}
+	wl := func(api string, size int, stream bool, name string) *workload {
+		return &workload{api: api, size: size, steps: o.steps, slots: o.slots, stream: stream, tag: tag + "-" + name}
+	}
+	// Warm-up: connections, the proxies' pools and heaps, both APIs.
+	if _, err := attack(ctx, c, t, wl(apiOpenAI, size2KB, false, "warm"), 500, 0, o.warmup); err != nil {
+		return res, err
+	}
+	if o.anthropic {
+		if _, err := attack(ctx, c, t, wl(apiAnthropic, size2KB, false, "warma"), 500, 0, o.warmup/2); err != nil {
+			return res, err
+		}
+	}
+	phases := []struct {
+		name string
+		api  string
+		size int
+		rate int
+	}{
+		{phase200, apiOpenAI, size2KB, 200},
+		{phase1000, apiOpenAI, size2KB, 1000},
+		{phase200KB, apiOpenAI, size200KB, 1000},
+	}
+	if o.anthropic {
+		phases = append(phases, struct {
+			name string
+			api  string
+			size int
+			rate int
+		}{phaseAnth, apiAnthropic, size2KB, 1000})
+	}
+	for _, ph := range phases {
+		r, err := attack(ctx, c, t, wl(ph.api, ph.size, false, ph.name), ph.rate, 0, o.duration)
+		if err != nil {
+			return res, err
+		}
+		res.Phases[ph.name] = r
+		fmt.Fprintf(out, "  %-9s %-22s %6d req  %3d err  p50 %7.0f µs  p99 %7.0f µs  proxy CPU %5.1f µs/req%s\n",
+			t.name, ph.name, r.Requests, r.Errors, r.P50us, r.P99us, r.ProxyCPUus, errNote(r.ErrorSample))
+	}
+	apis := []string{apiOpenAI}
+	if o.anthropic {
+		apis = append(apis, apiAnthropic)
+	}
+	for _, api := range apis {
+		r, err := streams(ctx, c, t, wl(api, size2KB, true, "stream-"+api), o.streams)
+		if err != nil {
+			return res, err
+		}
+		res.Streams[api] = r
+		fmt.Fprintf(out, "  %-9s %-22s %6d req  %3d err  TTFB p50 %6.0f µs  total p50 %7.0f µs%s\n",
+			t.name, "stream_"+api+"_"+strconv.Itoa(o.chunks), r.Requests, r.Errors, r.TTFBp50us, r.TotalP50us, errNote(r.ErrorSample))
+	}
+	sat, err := saturate(ctx, c, t, func(name string) *workload { return wl(apiOpenAI, size2KB, false, name) }, o.satMax, o.satStep)
+	res.Saturation = sat
+	if err != nil {
+		return res, err
+	}
+	fmt.Fprintf(out, "  %-9s %-22s %6d req  %3d err  peak %7.0f req/s at %d workers, proxy CPU %5.1f µs/req, mock %5.1f µs/req%s\n",
+		t.name, "saturation", sat.Requests, sat.Errors, sat.PeakRPS, sat.PeakConc, sat.ProxyCPUus, sat.MockCPUus, errNote(sat.ErrorSample))
+	return res, nil
+}
+
+func errNote(sample []string) string {
+	if len(sample) == 0 {
+		return ""
+	}
+	return "  first error: " + sample[0]
+}
+
+// goVersion is the toolchain the harness was built with.
+func goVersion() string { return runtime.Version() }
