@@ -47,6 +47,9 @@ func Handler(o Options) http.Handler {
 	mux.Handle("GET /api/v1/runs/{id}/events", a.auth(a.events))
 	mux.Handle("POST /api/v1/runs/{id}/cancel", a.auth(a.cancel))
 	mux.Handle("POST /api/v1/runs/{id}/resume", a.auth(a.resume))
+	a.toolRoutes(mux) // approvals and blobs (approvals.go)
+	mux.Handle("GET /ui/", uiHandler())
+	mux.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
 	mux.HandleFunc("/api/", a.auth(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, 404, "no such route")
 	}))
@@ -102,7 +105,11 @@ func (a *api) list(w http.ResponseWriter, r *http.Request) {
 		}
 		f.Limit = n
 	}
-	runs := a.p.Runs().List(f)
+	runs, err := a.p.Records(f)
+	if err != nil {
+		writeError(w, 503, "run store unavailable: "+err.Error())
+		return
+	}
 	if runs == nil {
 		runs = []runstate.Record{}
 	}
@@ -118,25 +125,31 @@ func (a *api) run(w http.ResponseWriter, r *http.Request) *runstate.Run {
 }
 
 func (a *api) show(w http.ResponseWriter, r *http.Request) {
-	run := a.run(w, r)
-	if run == nil {
-		return
+	rec, ok, err := a.p.Record(r.PathValue("id"))
+	switch {
+	case err != nil:
+		writeError(w, 503, "run store unavailable: "+err.Error())
+	case !ok:
+		writeError(w, 404, "no such run")
+	default:
+		writeJSON(w, 200, rec)
 	}
-	run.Mu.Lock()
-	rec := run.Snapshot(time.Now())
-	run.Mu.Unlock()
-	writeJSON(w, 200, rec)
 }
 
 func (a *api) events(w http.ResponseWriter, r *http.Request) {
-	run := a.run(w, r)
-	if run == nil {
-		return
+	id := r.PathValue("id")
+	evs, ok, err := a.p.Events(id)
+	switch {
+	case err != nil:
+		writeError(w, 503, "run store unavailable: "+err.Error())
+	case !ok:
+		writeError(w, 404, "no such run")
+	default:
+		if evs == nil {
+			evs = []runstate.Event{}
+		}
+		writeJSON(w, 200, map[string]any{"run_id": id, "events": evs})
 	}
-	run.Mu.Lock()
-	evs := append([]runstate.Event(nil), run.Events...)
-	run.Mu.Unlock()
-	writeJSON(w, 200, map[string]any{"run_id": run.ID, "events": evs})
 }
 
 func (a *api) cancel(w http.ResponseWriter, r *http.Request) {

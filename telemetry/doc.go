@@ -1,7 +1,13 @@
-// Package telemetry is the only importer of Prometheus: the gateway's
-// metrics, built on an injected Registerer (never the global registry), and
-// the names of log keys. It implements pipeline.Observer.
+// Package telemetry is the only importer of Prometheus and OpenTelemetry:
+// the gateway's metrics (built on an injected Registerer, never the global
+// registry), its traces (one per run, a span per state, a child span per
+// upstream call with the GenAI semantic conventions), and the names of log
+// keys. Observer implements pipeline.Observer on top of the three.
 //
 // Run, session and agent ids are never metric labels: their number is
-// unbounded.
+// unbounded. They are span attributes and log fields instead. Secrets,
+// prompts and tool arguments reach neither: arguments only as hashes.
+//
+// It must not be imported by domain packages; they report through
+// pipeline.Observer.
 package telemetry

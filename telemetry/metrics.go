@@ -2,27 +2,37 @@ package telemetry
 
 import (
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/haltline/haltline/accounting"
+	"github.com/haltline/haltline/runstate"
 	"github.com/haltline/haltline/wire"
 )
 
-// Metrics are the gateway's Prometheus metrics.
+// Metrics are the gateway's Prometheus metrics. The README's "Metrics"
+// table lists them with their labels; keep the two in step.
 type Metrics struct {
 	Calls          *prometheus.CounterVec
 	CallDuration   *prometheus.HistogramVec
 	Overhead       *prometheus.HistogramVec
+	FirstByte      *prometheus.HistogramVec
 	Tokens         *prometheus.CounterVec
 	Cost           *prometheus.CounterVec
+	TeamCost       *prometheus.CounterVec
 	RunsStarted    prometheus.Counter
 	RunsEnded      *prometheus.CounterVec
 	RunsActive     prometheus.Gauge
 	Terminations   *prometheus.CounterVec
 	Reservations   *prometheus.CounterVec
 	LoopDetections *prometheus.CounterVec
+	Decisions      *prometheus.CounterVec
+	DecisionTime   *prometheus.HistogramVec
+	Compressions   *prometheus.CounterVec
+	TokensRemoved  *prometheus.CounterVec
+	CompressRatio  *prometheus.HistogramVec
 }
 
 // New registers the metrics on reg.
@@ -39,12 +49,19 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "haltline_gateway_overhead_seconds", Help: "Time spent inside the gateway per call: total minus the upstream wait.",
 			Buckets: prometheus.ExponentialBuckets(0.00001, 2, 16),
 		}, []string{"api"}),
+		FirstByte: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "haltline_upstream_first_byte_seconds", Help: "Time from forwarding a call to the upstream's first response byte.",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14),
+		}, []string{"api"}),
 		Tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "haltline_tokens_total", Help: "Tokens metered from the providers' usage, by type (input includes cached and cache writes).",
 		}, []string{"provider", "model", "type"}),
 		Cost: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "haltline_cost_usd_total", Help: "Actual cost in USD from usage × catalog prices.",
 		}, []string{"provider", "model"}),
+		TeamCost: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "haltline_team_cost_usd_total", Help: "Actual cost in USD by the team the credential names (\"none\" without one).",
+		}, []string{"team"}),
 		RunsStarted: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "haltline_runs_started_total", Help: "Runs started.",
 		}),
@@ -52,7 +69,7 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "haltline_runs_ended_total", Help: "Runs ended, by final state and reason.",
 		}, []string{"state", "reason"}),
 		RunsActive: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "haltline_runs_active", Help: "Runs started and not ended.",
+			Name: "haltline_runs_active", Help: "Runs started and not ended by this process.",
 		}),
 		Terminations: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "haltline_terminations_total", Help: "Termination lines that fired, by reason and mode (enforce or shadow).",
@@ -63,20 +80,54 @@ func New(reg prometheus.Registerer) *Metrics {
 		LoopDetections: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "haltline_loop_detections_total", Help: "Loop and stall detector hits, by detector and mode.",
 		}, []string{"detector", "mode"}),
+		Decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "haltline_policy_decisions_total", Help: "Rego policy decisions, by package and result (allow, deny, answer, error).",
+		}, []string{"package", "result"}),
+		DecisionTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "haltline_policy_evaluation_seconds", Help: "Time to evaluate one policy decision.",
+			Buckets: prometheus.ExponentialBuckets(0.000005, 2.5, 12),
+		}, []string{"package"}),
+		Compressions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "haltline_context_compressions_total", Help: "Forwarded contexts the context manager compressed.",
+		}, []string{"api"}),
+		TokensRemoved: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "haltline_context_tokens_removed_total", Help: "Estimated tokens removed from forwarded contexts by compression.",
+		}, []string{"api"}),
+		CompressRatio: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "haltline_context_compression_ratio", Help: "Estimated tokens after compression divided by before.",
+			Buckets: prometheus.LinearBuckets(0.1, 0.1, 10),
+		}, []string{"api"}),
 	}
-	reg.MustRegister(m.Calls, m.CallDuration, m.Overhead, m.Tokens, m.Cost, m.RunsStarted,
-		m.RunsEnded, m.RunsActive, m.Terminations, m.Reservations, m.LoopDetections)
+	reg.MustRegister(m.Calls, m.CallDuration, m.Overhead, m.FirstByte, m.Tokens, m.Cost, m.TeamCost, m.RunsStarted,
+		m.RunsEnded, m.RunsActive, m.Terminations, m.Reservations, m.LoopDetections, m.Decisions,
+		m.DecisionTime, m.Compressions, m.TokensRemoved, m.CompressRatio)
 	return m
 }
 
-// ModelCall implements pipeline.Observer.
-func (m *Metrics) ModelCall(api string, status int, total, upstream time.Duration) {
+// ModelCall counts one call: status, duration, the gateway's own overhead
+// and, when it was forwarded, the upstream's time to first byte.
+func (m *Metrics) ModelCall(api string, status int, total, upstream, firstByte time.Duration) {
 	m.Calls.WithLabelValues(api, strconv.Itoa(status)).Inc()
 	m.CallDuration.WithLabelValues(api).Observe(total.Seconds())
 	m.Overhead.WithLabelValues(api).Observe(max(total-upstream, 0).Seconds())
+	if firstByte > 0 {
+		m.FirstByte.WithLabelValues(api).Observe(firstByte.Seconds())
+	}
 }
 
-// Usage implements pipeline.Observer.
+// TeamSpend adds a call's cost to its team. Teams come from configured
+// virtual keys, so the label stays bounded.
+func (m *Metrics) TeamSpend(team string, cost accounting.Money) {
+	if cost <= 0 {
+		return
+	}
+	if team == "" {
+		team = "none"
+	}
+	m.TeamCost.WithLabelValues(team).Add(cost.USD())
+}
+
+// Usage counts metered tokens by type, and the cost.
 func (m *Metrics) Usage(provider, model string, u wire.Usage, cost accounting.Money) {
 	m.Tokens.WithLabelValues(provider, model, "input").Add(float64(u.InputTokens))
 	m.Tokens.WithLabelValues(provider, model, "output").Add(float64(u.OutputTokens))
@@ -86,24 +137,87 @@ func (m *Metrics) Usage(provider, model string, u wire.Usage, cost accounting.Mo
 	m.Cost.WithLabelValues(provider, model).Add(cost.USD())
 }
 
-// RunStarted implements pipeline.Observer.
+// RunStarted counts a new run.
 func (m *Metrics) RunStarted() { m.RunsStarted.Inc(); m.RunsActive.Inc() }
 
-// RunEnded implements pipeline.Observer.
+// RunEnded counts a run's end.
 func (m *Metrics) RunEnded(state, reason string) {
 	m.RunsEnded.WithLabelValues(state, reason).Inc()
 	m.RunsActive.Dec()
 }
 
-// Termination implements pipeline.Observer.
+// Termination counts a termination line that fired.
 func (m *Metrics) Termination(reason, mode string) {
 	m.Terminations.WithLabelValues(reason, mode).Inc()
 }
 
-// Reservation implements pipeline.Observer.
+// Reservation counts a reservation's result.
 func (m *Metrics) Reservation(result string) { m.Reservations.WithLabelValues(result).Inc() }
 
-// LoopDetection implements pipeline.Observer.
+// LoopDetection counts a detector hit.
 func (m *Metrics) LoopDetection(detector, mode string) {
 	m.LoopDetections.WithLabelValues(detector, mode).Inc()
+}
+
+// PolicyDecision counts a decision and observes its evaluation time.
+// summary is the policy engine's rendering ("allow …", "deny: …"); only
+// its verdict becomes a label, so deny messages never multiply series.
+func (m *Metrics) PolicyDecision(pkg, summary string, failed bool, d time.Duration) {
+	m.Decisions.WithLabelValues(pkg, decisionResult(summary, failed)).Inc()
+	m.DecisionTime.WithLabelValues(pkg).Observe(d.Seconds())
+}
+
+func decisionResult(summary string, failed bool) string {
+	switch {
+	case failed:
+		return "error"
+	case strings.HasPrefix(summary, "allow"):
+		return "allow"
+	case strings.HasPrefix(summary, "deny"):
+		return "deny"
+	}
+	return "answer" // budgets, thresholds, termination modes: answers, not verdicts
+}
+
+// Compression counts a context rewrite; before and after are estimated
+// tokens.
+func (m *Metrics) Compression(api string, before, after int64) {
+	m.Compressions.WithLabelValues(api).Inc()
+	if before > after {
+		m.TokensRemoved.WithLabelValues(api).Add(float64(before - after))
+	}
+	if before > 0 {
+		m.CompressRatio.WithLabelValues(api).Observe(float64(after) / float64(before))
+	}
+}
+
+// runStates are exported by the runs collector even at zero, so that a
+// dashboard's series exist before the first run.
+var runStates = []runstate.State{runstate.Ready, runstate.Deciding, runstate.ExecutingTools, runstate.Paused,
+	runstate.Completed, runstate.CompletedWithDegradation, runstate.Terminated, runstate.Failed, runstate.Cancelled}
+
+// runsCollector reads the registry's counts at scrape time: always right,
+// even after a restart restored runs, and nothing to keep in step.
+type runsCollector struct {
+	desc  *prometheus.Desc
+	count func() map[runstate.State]int
+}
+
+// RegisterRunStates exports haltline_runs{state}: the runs the registry
+// holds, by state, counted at scrape time from count (Registry.Count).
+func RegisterRunStates(reg prometheus.Registerer, count func() map[runstate.State]int) error {
+	return reg.Register(&runsCollector{
+		desc: prometheus.NewDesc("haltline_runs", "Runs held by the gateway, by state, counted at scrape time.",
+			[]string{"state"}, nil),
+		count: count,
+	})
+}
+
+func (c *runsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *runsCollector) Collect(ch chan<- prometheus.Metric) {
+	counts := c.count()
+	for _, s := range runStates {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(counts[s]), string(s))
+	}
 }
