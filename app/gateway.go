@@ -15,11 +15,13 @@ import (
 	"github.com/haltline/haltline/accounting"
 	"github.com/haltline/haltline/admin"
 	"github.com/haltline/haltline/config"
+	"github.com/haltline/haltline/contextmgr"
 	"github.com/haltline/haltline/extproc"
 	"github.com/haltline/haltline/pipeline"
 	"github.com/haltline/haltline/policy"
 	"github.com/haltline/haltline/proxy"
 	"github.com/haltline/haltline/store"
+	"github.com/haltline/haltline/store/redisstore"
 	"github.com/haltline/haltline/telemetry"
 )
 
@@ -29,20 +31,26 @@ type Gateway struct {
 	AdminAddr string
 	// ExtProcAddr is the Envoy ext_proc gRPC address; "" when off.
 	ExtProcAddr string
-	Pipeline  *pipeline.Pipeline
-	Policy    *policy.Engine
-	Registry  *prometheus.Registry
+	Pipeline    *pipeline.Pipeline
+	Policy      *policy.Engine
+	Registry    *prometheus.Registry
 
-	data   *proxy.Server
-	store  store.Store
-	admin  *http.Server
-	cancel context.CancelFunc
-	done   chan struct{}
+	data    *proxy.Server
+	extproc *extproc.Server // nil when off
+	store   store.Store
+	obs     *telemetry.Observer
+	admin   *http.Server
+	cancel  context.CancelFunc
+	done    chan struct{}
 }
 
 // Start builds the gateway from cfg and starts serving. It returns once both
 // listeners accept connections.
-func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Gateway, error) {
+func Start(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Option) (*Gateway, error) {
+	var o startOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -58,19 +66,15 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Gateway, 
 		catalog = c
 	}
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := telemetry.New(reg)
 	pol, err := policy.New(bg, policy.Options{
 		Dir:    cfg.PolicyDir,
 		Data:   registryData(cfg),
 		Logger: log,
-		DecisionLog: func(d policy.Decision) {
-			if d.Err != nil {
-				log.Error("policy decision failed", "package", d.Package, "run_id", d.RunID, "err", d.Err)
-				return
-			}
-			log.Debug("policy decision", "package", d.Package, "run_id", d.RunID, "subject", d.Subject,
-				"fingerprint", d.Fingerprint, "decision", d.Summary, "duration_us", d.Duration.Microseconds(),
-				"policy_version", d.Version)
-		},
+		// Each decision's count and evaluation time, and a debug line.
+		DecisionLog: telemetry.NewObserver(metrics, nil, log).PolicyDecision,
 	})
 	if err != nil {
 		cancel()
@@ -79,18 +83,28 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Gateway, 
 	if cfg.PolicyDir != "" {
 		go pol.Watch(bg, 2*time.Second)
 	}
-	st, err := store.OpenBolt(cfg.Store.DataDir)
+	st, book, runLock, err := openStore(cfg.Store)
 	if err != nil {
 		cancel()
 		return nil, err
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	metrics := telemetry.New(reg)
+	tracer, err := telemetry.NewTracer(bg, telemetry.TraceOptions{Endpoint: cfg.Telemetry.OTLPEndpoint, Exporter: o.spanExporter})
+	if err != nil {
+		st.Close()
+		cancel()
+		return nil, fmt.Errorf("telemetry: %w", err)
+	}
+	obs := telemetry.NewObserver(metrics, tracer, log)
 	p := pipeline.New(pipeline.Options{
-		Policy: pol, Catalog: catalog, Observer: metrics, Logger: log, Store: st,
+		Policy: pol, Catalog: catalog, Observer: obs, Logger: log, Store: st, Book: book, RunLock: runLock,
 		UpstreamTimeout: cfg.Limits.UpstreamTimeout, Lease: cfg.Limits.ReservationLease,
+		Context: &contextmgr.Rewriter{},
 	})
+	if err := telemetry.RegisterRunStates(reg, p.Runs().Count); err != nil {
+		st.Close()
+		cancel()
+		return nil, fmt.Errorf("telemetry: %w", err)
+	}
 	restored, err := p.Restore(bg)
 	if err != nil {
 		st.Close()
@@ -99,11 +113,13 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Gateway, 
 	}
 	go p.RunSweeper(bg, 5*time.Second)
 
-	g := &Gateway{Pipeline: p, Policy: pol, Registry: reg, cancel: cancel, done: make(chan struct{}), store: st}
+	g := &Gateway{Pipeline: p, Policy: pol, Registry: reg, cancel: cancel, done: make(chan struct{}), store: st, obs: obs}
 	g.data = proxy.New(proxy.Options{
 		Pipeline: p, OpenAI: cfg.Providers.OpenAI, Anthropic: cfg.Providers.Anthropic,
 		VirtualKeys: cfg.VirtualKeys, Limits: cfg.Limits, Logger: log,
+		MCPServers: cfg.MCPServers, Tools: cfg.Tools,
 	})
+	g.data.DeclareTools() // tool levels known to model responses before any tool route is used
 	dl, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		st.Close()
@@ -122,6 +138,7 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Gateway, 
 		if el, err = net.Listen("tcp", cfg.ExtProcListen); err != nil {
 			dl.Close()
 			al.Close()
+			st.Close()
 			cancel()
 			return nil, fmt.Errorf("extproc listen: %w", err)
 		}
@@ -133,6 +150,7 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Gateway, 
 		g.ExtProcAddr = el.Addr().String()
 	}
 	g.DataAddr, g.AdminAddr = dl.Addr().String(), al.Addr().String()
+	p.ToolRegistry().SetBlobBaseURL("http://" + g.AdminAddr) // the link in a cut tool result
 	g.admin = &http.Server{
 		Handler: admin.Handler(admin.Options{Pipeline: p, Gatherer: reg, Token: cfg.Admin.Token, Logger: log,
 			Ready: st.Healthy}),
@@ -172,7 +190,8 @@ func (g *Gateway) Close(ctx context.Context) error {
 	case <-g.done:
 	case <-ctx.Done():
 	}
-	return errors.Join(err, g.store.Close())
+	// Open spans end and the exporter flushes once no call is in flight.
+	return errors.Join(err, g.obs.Shutdown(ctx), g.store.Close())
 }
 
 // registryData is the tool registry declared in config, for
@@ -194,4 +213,22 @@ func registryData(cfg config.Config) map[string]any {
 		tools[""] = m
 	}
 	return map[string]any{"tools": tools}
+}
+
+// openStore opens the embedded store (a bbolt file, ledgers in memory), or
+// with a Redis URL the shared one: ledgers, runs and the lineage index in
+// Redis, and a lock per run so several replicas move a run one at a time.
+func openStore(c config.Store) (store.Store, accounting.Book, pipeline.RunLock, error) {
+	if c.RedisURL != "" {
+		book, st, err := redisstore.Open(c.RedisURL, c.RedisPrefix)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("redis store: %w", err)
+		}
+		return st, book, st, nil
+	}
+	st, err := store.OpenBolt(c.DataDir)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return st, accounting.NewMemBook(), nil, nil
 }

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -28,7 +29,8 @@ func runsCommand(ctx context.Context, args []string, stdout io.Writer, getenv fu
 	status := fs.String("status", "", "list: filter by status")
 	reason := fs.String("reason", "", "list: filter by termination reason")
 	tenant := fs.String("tenant", "", "list: filter by tenant")
-	since := fs.Duration("since", 0, "list: runs created within this duration")
+	since := fs.Duration("since", 0, "list: runs created within this duration, e.g. 1h")
+	limit := fs.Int("limit", 0, "list: at most this many runs, newest first")
 	addBudget := fs.String("add-budget", "", "resume: budget to add, X-Run-Budget keys")
 	token := fs.String("resume-token", "", "resume: the record's resume token")
 	if err := fs.Parse(args[1:]); err != nil {
@@ -56,6 +58,9 @@ func runsCommand(ctx context.Context, args []string, stdout io.Writer, getenv fu
 		}
 		if *since > 0 {
 			q.Set("since", time.Now().Add(-*since).UTC().Format(time.RFC3339))
+		}
+		if *limit > 0 {
+			q.Set("limit", strconv.Itoa(*limit))
 		}
 		body, err = c.do(ctx, "GET", "/api/v1/runs?"+q.Encode(), nil)
 		if err == nil && !*asJSON {
@@ -131,6 +136,7 @@ func (c adminClient) do(ctx context.Context, method, path string, body []byte) (
 type listedRun struct {
 	RunID      string  `json:"run_id"`
 	Tenant     string  `json:"tenant"`
+	Team       string  `json:"team"`
 	Status     string  `json:"status"`
 	Reason     string  `json:"reason"`
 	AgentSteps int64   `json:"agent_steps"`
@@ -148,12 +154,33 @@ func printRunList(w io.Writer, body []byte) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "RUN\tTENANT\tSTATUS\tREASON\tSTEPS\tTOKENS\tCOST USD\tELAPSED")
+	fmt.Fprintln(tw, "RUN\tTENANT\tTEAM\tSTATUS\tREASON\tSTEPS\tTOKENS\tCOST USD\tELAPSED\tSTARTED")
 	for _, r := range l.Runs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%.6f\t%s\n", r.RunID, r.Tenant, r.Status, r.Reason,
-			r.AgentSteps, r.Tokens, r.Cost, time.Duration(r.ElapsedMs)*time.Millisecond)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%.6f\t%s\t%s\n", r.RunID, dash(r.Tenant), dash(r.Team), r.Status,
+			dash(r.Reason), r.AgentSteps, r.Tokens, r.Cost, time.Duration(r.ElapsedMs)*time.Millisecond, shortTime(r.Created))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "%d run(s)\n", len(l.Runs))
+	return err
+}
+
+// dash keeps empty table cells visible.
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// shortTime renders an RFC 3339 time to the second, in UTC.
+func shortTime(s string) string {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return s
+	}
+	return t.UTC().Format("2006-01-02 15:04:05Z")
 }
 
 func printRecord(w io.Writer, body []byte) error {
@@ -192,6 +219,9 @@ func printEvents(w io.Writer, body []byte) error {
 			Step      int64   `json:"step"`
 			Detail    string  `json:"detail"`
 			Tool      string  `json:"tool"`
+			ArgsHash  string  `json:"arguments_hash"`
+			Model     string  `json:"model"`
+			Status    int     `json:"status"`
 			In        int64   `json:"input_tokens"`
 			Out       int64   `json:"output_tokens"`
 			Cost      float64 `json:"cost_usd"`
@@ -208,9 +238,9 @@ func printEvents(w io.Writer, body []byte) error {
 		case "transition":
 			d = strings.TrimSpace(fmt.Sprintf("%s → %s %s", e.From, e.To, e.Detail))
 		case "model_call":
-			d = fmt.Sprintf("in=%d out=%d cost=$%.6f %s", e.In, e.Out, e.Cost, e.Detail)
+			d = strings.TrimSpace(fmt.Sprintf("%s %d in=%d out=%d cost=$%.6f %s", e.Model, e.Status, e.In, e.Out, e.Cost, e.Detail))
 		case "tool_call":
-			d = e.Tool
+			d = e.Tool + " args=" + dash(e.ArgsHash)
 		}
 		fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%s\n", e.Seq, e.ElapsedMs, e.Step, e.Type, d)
 	}

@@ -43,6 +43,17 @@ type Config struct {
 	Limits Limits `yaml:"limits"`
 	// Log selects the log format: "json" (default) or "text".
 	Log Log `yaml:"log"`
+	// Telemetry turns tracing on.
+	Telemetry Telemetry `yaml:"telemetry"`
+}
+
+// Telemetry configures OpenTelemetry tracing; off by default.
+type Telemetry struct {
+	// OTLPEndpoint is an OTLP/HTTP collector URL, e.g. http://otel:4318
+	// (the signal path /v1/traces is added when the URL has no path). When
+	// empty, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, then
+	// OTEL_EXPORTER_OTLP_ENDPOINT, are used; with none, tracing is off.
+	OTLPEndpoint string `yaml:"otlp_endpoint"`
 }
 
 // Admin is the control plane listener.
@@ -83,6 +94,8 @@ type MCPServer struct {
 // ToolSpec declares a tool's danger level.
 type ToolSpec struct {
 	Level string `yaml:"level"`
+	// CostUSD is charged to the run for each call, if set.
+	CostUSD float64 `yaml:"cost_usd"`
 }
 
 // HTTPTool is one plain HTTP tool behind /tools/{name}/.
@@ -90,6 +103,8 @@ type HTTPTool struct {
 	URL     string            `yaml:"url"`
 	Level   string            `yaml:"level"`
 	Headers map[string]string `yaml:"headers"`
+	// CostUSD is charged to the run for each call, if set.
+	CostUSD float64 `yaml:"cost_usd"`
 }
 
 // Principal is who a virtual key belongs to.
@@ -105,6 +120,9 @@ type Store struct {
 	DataDir string `yaml:"data_dir"`
 	// RedisURL selects the shared Redis store for several replicas.
 	RedisURL string `yaml:"redis_url"`
+	// RedisPrefix prefixes every Redis key (default "haltline:"), so that
+	// several gateways can share one Redis.
+	RedisPrefix string `yaml:"redis_prefix"`
 }
 
 // Limits bound sizes and waits.
@@ -187,6 +205,11 @@ func (c *Config) ResolveEnv(getenv func(string) string) {
 	if c.Admin.TokenEnv != "" {
 		c.Admin.Token = getenv(c.Admin.TokenEnv)
 	}
+	for _, env := range []string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"} {
+		if v := getenv(env); c.Telemetry.OTLPEndpoint == "" && v != "" {
+			c.Telemetry.OTLPEndpoint = v
+		}
+	}
 }
 
 // Validate reports every problem at once.
@@ -255,6 +278,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Limits.ReservationLease <= 0 {
 		errs = append(errs, errors.New("limits.reservation_lease: must be positive"))
+	}
+	if c.Telemetry.OTLPEndpoint != "" {
+		urlOK("telemetry.otlp_endpoint", c.Telemetry.OTLPEndpoint)
 	}
 	switch c.Log.Format {
 	case "json", "text":

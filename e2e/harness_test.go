@@ -170,6 +170,9 @@ func writeSSE(w http.ResponseWriter, stream []byte) {
 // usage is fixed, so tests can check the meters exactly.
 type toolLoop struct {
 	finalAfter int
+	// finalAtCall, when set, makes the n-th call final whatever the history
+	// holds (the gateway may have compressed it).
+	finalAtCall int
 	in, out    int64
 	latency    time.Duration
 	mu         sync.Mutex
@@ -202,7 +205,7 @@ func (m *toolLoop) serve(w http.ResponseWriter, r *http.Request, body []byte) {
 	_ = json.Unmarshal(body, &req)
 	results := strings.Count(string(body), `"tool_call_id"`) + strings.Count(string(body), `"tool_use_id"`)
 	// Like the real models: no tools, or tool_choice none, means no tool call.
-	final := !offersTools(body) || results >= m.finalAfter
+	final := !offersTools(body) || results >= m.finalAfter || (m.finalAtCall > 0 && n >= m.finalAtCall)
 	text := fmt.Sprintf("Answer after %d results.", results)
 	args := fmt.Sprintf(`{"page":%d}`, n)
 	if r.URL.Path == "/v1/messages" {

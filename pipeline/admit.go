@@ -31,11 +31,36 @@ func (p *Pipeline) Begin(ctx context.Context, call *Call, codec wire.Codec) *Tur
 		return t
 	}
 	t.Req = req
-	r, created := p.identify(call, &t.Req)
+	r, created, err := p.identify(ctx, call, &t.Req)
+	if err != nil {
+		t.Answer = errorAnswer(codec, wire.ErrUnavailable, "run store unavailable, retry later", nil)
+		return t
+	}
 	t.run = r
+	unlock, err := p.lockRun(ctx, r.ID)
+	if err != nil {
+		p.unavailable(t, err)
+		return t
+	}
+	defer unlock()
 	r.Mu.Lock()
-	defer r.Mu.Unlock()
+	if err := p.refresh(r); err != nil {
+		r.Mu.Unlock()
+		p.unavailable(t, err)
+		return t
+	}
+	p.beginLocked(ctx, t, r, created)
+	saved := p.persist(r)
+	r.Mu.Unlock()
+	if p.shared() {
+		p.wait(saved, r.ID) // the next replica to take the lock must see this
+	}
+	return t
+}
+
+func (p *Pipeline) beginLocked(ctx context.Context, t *Turn, r *runstate.Run, created bool) {
 	now := p.now()
+	call, codec := t.Call, t.codec
 	if r.Ext == nil {
 		g, err := p.govern(ctx, r, call)
 		if err != nil {
@@ -50,7 +75,7 @@ func (p *Pipeline) Begin(ctx context.Context, call *Call, codec wire.Codec) *Tur
 				p.log.Error("policy evaluation failed", "run_id", r.ID, "err", err)
 				t.Answer = errorAnswer(codec, wire.ErrUnavailable, "policy unavailable", nil)
 			}
-			return t
+			return
 		}
 		r.Ext = g
 		if created {
@@ -61,12 +86,9 @@ func (p *Pipeline) Begin(ctx context.Context, call *Call, codec wire.Codec) *Tur
 	g := govOf(r)
 	p.observe(t, g, now)
 	if p.admit(ctx, t, g, now) {
-		p.persist(r)
-		return t
+		return
 	}
-	p.forward(t, g, now)
-	p.persist(r)
-	return t
+	p.forward(ctx, t, g, now)
 }
 
 // observe feeds the tool results in the request to the loop guard: they are
@@ -196,10 +218,17 @@ func (p *Pipeline) reserve(ctx context.Context, t *Turn, g *governance, maxOut i
 	wrapLine := ""
 	// The last allowed step, the soft line, or a deadline inside the final
 	// reserve make this call the wrap-up.
-	if lim.MaxSteps > 0 && g.term.EnforcementOf(runstate.ReasonMaxSteps) == policy.Enforce {
-		if t.step >= lim.MaxSteps || float64(t.step-1) >= lim.SoftWrapUp*float64(lim.MaxSteps) {
-			wrapLine = runstate.ReasonMaxSteps
+	// A line in shadow mode records a hit where enforcing it would have
+	// wrapped the run up, and the call goes on untouched.
+	wouldWrap := func(line, detail string) {
+		if g.term.EnforcementOf(line) == policy.Shadow {
+			p.shadow(t.run, runstate.Termination{Reason: line, Detail: detail}, t.step, now)
+		} else if wrapLine == "" {
+			wrapLine = line
 		}
+	}
+	if lim.MaxSteps > 0 && (t.step >= lim.MaxSteps || float64(t.step-1) >= lim.SoftWrapUp*float64(lim.MaxSteps)) {
+		wouldWrap(runstate.ReasonMaxSteps, fmt.Sprintf("step %d of %d: wrap-up", t.step, lim.MaxSteps))
 	}
 	reserveTime := time.Duration(float64(lim.DeadlineMs)*lim.FinalReserve) * time.Millisecond
 	t.Timeout = p.opts.UpstreamTimeout
@@ -208,9 +237,7 @@ func (p *Pipeline) reserve(ctx context.Context, t *Turn, g *governance, maxOut i
 			t.Timeout = min(t.Timeout, work)
 		} else {
 			t.Timeout = min(t.Timeout, remaining)
-			if g.term.EnforcementOf(runstate.ReasonDeadline) == policy.Enforce {
-				wrapLine = runstate.ReasonDeadline
-			}
+			wouldWrap(runstate.ReasonDeadline, "only the final reserve of the deadline left: wrap-up")
 		}
 	}
 	if wrapLine == "" {
@@ -222,6 +249,9 @@ func (p *Pipeline) reserve(ctx context.Context, t *Turn, g *governance, maxOut i
 	}
 	want := accounting.Vector{Steps: 1, Tokens: est + maxOut, InputTokens: est, OutputTokens: maxOut,
 		Cost: price.WorstCase(est, maxOut)}
+	if err := p.shadowBudgets(ctx, t, g, want, now); err != nil {
+		return p.unavailable(t, err)
+	}
 	if wrapLine == "" {
 		res, short, err := p.book.Reserve(ctx, g.ledgers, want, false, p.opts.Lease, now)
 		if err != nil {
@@ -302,18 +332,19 @@ func shortfallLine(s *accounting.Shortfall) string {
 }
 
 // forward prepares the upstream body and moves the run to deciding.
-func (p *Pipeline) forward(t *Turn, g *governance, now time.Time) {
+func (p *Pipeline) forward(ctx context.Context, t *Turn, g *governance, now time.Time) {
 	r := t.run
+	body := p.rewriteContext(ctx, t, g, now)
 	var err error
 	if t.wrapUp {
-		t.UpstreamBody, err = t.codec.WrapUp(t.Call.Body, &t.Req, WrapUpInstruction, t.wrapOut)
+		t.UpstreamBody, err = t.codec.WrapUp(body, &t.Req, WrapUpInstruction, t.wrapOut)
 		r.Record(now, runstate.Event{Type: runstate.EventWrapUp, Detail: t.wrapLine})
 	} else {
 		var capOut int64
 		if g.budgeted && (t.Req.MaxOutputTokens == 0 || t.Req.MaxOutputTokens > t.reserved.OutputTokens) {
 			capOut = t.reserved.OutputTokens
 		}
-		t.UpstreamBody, err = t.codec.PrepareUpstream(t.Call.Body, &t.Req, capOut)
+		t.UpstreamBody, err = t.codec.PrepareUpstream(body, &t.Req, capOut)
 	}
 	if err != nil {
 		p.release(t, g)
@@ -324,8 +355,8 @@ func (p *Pipeline) forward(t *Turn, g *governance, now time.Time) {
 	r.Counters.ModelCalls++
 	r.Inflight++
 	r.Transition(runstate.Deciding, now, "")
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Ctx, t.cancel = ctx, cancel
+	callCtx, cancel := context.WithCancel(context.Background())
+	t.Ctx, t.cancel = callCtx, cancel
 	t.unreg = r.AddCancel(cancel)
 }
 
@@ -338,4 +369,34 @@ func joinReasons(rs []string) string {
 		s += r
 	}
 	return s
+}
+
+// shadowBudgets checks the budget lines that run in shadow mode — their
+// limits are left out of the run's ledger, so nothing refuses — and records
+// a hit where enforcing them would have wrapped the run up: the soft line
+// reached, or this call's worst case not fitting the working budget.
+func (p *Pipeline) shadowBudgets(ctx context.Context, t *Turn, g *governance, want accounting.Vector, now time.Time) error {
+	lim := g.limits
+	tokShadow := g.term.EnforcementOf(runstate.ReasonTokenBudget) == policy.Shadow && lim.MaxTokens > 0
+	costShadow := g.term.EnforcementOf(runstate.ReasonCostBudget) == policy.Shadow && lim.MaxCostUSD > 0
+	if !tokShadow && !costShadow {
+		return nil
+	}
+	_, spent, reserved, err := p.book.Snapshot(ctx, g.ledger, now)
+	if err != nil {
+		return err
+	}
+	exceeds := func(spentV, reservedV, wantV, limit int64) bool {
+		working := limit - int64(float64(limit)*lim.FinalReserve)
+		return float64(spentV) >= lim.SoftWrapUp*float64(limit) || spentV+reservedV+wantV > working
+	}
+	if tokShadow && exceeds(spent.Tokens, reserved.Tokens, want.Tokens, lim.MaxTokens) {
+		p.shadow(t.run, runstate.Termination{Reason: runstate.ReasonTokenBudget,
+			Detail: fmt.Sprintf("%d of %d tokens used: wrap-up", spent.Tokens, lim.MaxTokens)}, t.step, now)
+	}
+	if maxCost := accounting.USD(lim.MaxCostUSD); costShadow && exceeds(int64(spent.Cost), int64(reserved.Cost), int64(want.Cost), int64(maxCost)) {
+		p.shadow(t.run, runstate.Termination{Reason: runstate.ReasonCostBudget,
+			Detail: fmt.Sprintf("%s of %s USD spent: wrap-up", spent.Cost, maxCost)}, t.step, now)
+	}
+	return nil
 }

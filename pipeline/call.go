@@ -45,6 +45,35 @@ type Outcome struct {
 	Err error
 	// UpstreamWait is the time spent waiting on the upstream.
 	UpstreamWait time.Duration
+	// FirstByte is the time from forwarding to the upstream's first
+	// response byte (its headers); 0 when none arrived.
+	FirstByte time.Duration
+}
+
+// CallReport is one model call as Finish saw it, for the per-call metrics,
+// log line and upstream span. It carries no prompt, no tool argument and no
+// key: only what an SRE may read.
+type CallReport struct {
+	RunID, SessionID, Tenant, Team string
+	API, Provider                  string
+	// Model is the requested model as sent: any string, so a log and span
+	// attribute, never a metric label.
+	Model        string
+	Status       int // what the agent received
+	Step         int64
+	Started, End time.Time
+	// Total is request to answer; Upstream the wait on the upstream;
+	// FirstByte the upstream's time to its first byte.
+	Total, Upstream, FirstByte time.Duration
+	Usage                      wire.Usage
+	Cost                       accounting.Money
+	FinishReason               string
+	ToolCalls                  int
+	WrapUp                     bool
+	Err                        error
+	// Trace is what Observer.UpstreamStart returned; nil when the call was
+	// not forwarded by this process.
+	Trace any
 }
 
 // Turn is one call's passage through the pipeline.
@@ -82,6 +111,12 @@ type Turn struct {
 	tap        wire.StreamTap
 	started    time.Time
 	finished   bool
+	// For the call's report: what settle read, and the observer's handle.
+	usage        wire.Usage
+	cost         accounting.Money
+	finishReason string
+	toolCalls    int
+	trace        any
 }
 
 // Feed passes a piece of the upstream stream through the usage tap and

@@ -19,19 +19,18 @@ var (
 // Cancel ends a run: in-flight calls are cut, the next call is answered with
 // the termination.
 func (p *Pipeline) Cancel(id string) (runstate.Record, error) {
-	r := p.runs.Get(id)
-	if r == nil {
-		return runstate.Record{}, ErrNoRun
+	r, unlock, err := p.controlRun(id)
+	if err != nil {
+		return runstate.Record{}, err
 	}
-	r.Mu.Lock()
-	defer r.Mu.Unlock()
+	defer unlock()
 	now := p.now()
 	if r.State.Final() {
 		return r.Snapshot(now), ErrAlreadyEnded
 	}
 	p.terminate(r, govOf(r), runstate.Termination{Reason: runstate.ReasonCancelled, Detail: "cancelled through the control plane"}, runstate.Cancelled, now)
 	r.CancelInflight()
-	p.wait(p.persist(r), r.ID)
+	p.wait(p.persist(r), r.ID) // under the lock: the next replica must see it
 	return r.Snapshot(now), nil
 }
 
@@ -39,12 +38,11 @@ func (p *Pipeline) Cancel(id string) (runstate.Record, error) {
 // limit the run has (a zero field adds nothing); the run keeps its history,
 // counters and ledger.
 func (p *Pipeline) Resume(id, token string, add accounting.Budget) (runstate.Record, error) {
-	r := p.runs.Get(id)
-	if r == nil {
-		return runstate.Record{}, ErrNoRun
+	r, unlock, err := p.controlRun(id)
+	if err != nil {
+		return runstate.Record{}, err
 	}
-	r.Mu.Lock()
-	defer r.Mu.Unlock()
+	defer unlock()
 	now := p.now()
 	if !r.State.Final() {
 		return r.Snapshot(now), ErrNotEnded
@@ -53,10 +51,7 @@ func (p *Pipeline) Resume(id, token string, add accounting.Budget) (runstate.Rec
 		return r.Snapshot(now), ErrNotResumable
 	}
 	if g := govOf(r); g != nil {
-		lim, _, _, err := p.book.Snapshot(context.Background(), g.ledger, now)
-		if err != nil {
-			return r.Snapshot(now), err
-		}
+		lim := budgetOf(g.limits).Vector
 		grow := func(v *int64, a int64) {
 			if *v > 0 && a > 0 {
 				*v += a
@@ -70,7 +65,8 @@ func (p *Pipeline) Resume(id, token string, add accounting.Budget) (runstate.Rec
 		c := int64(lim.Cost)
 		grow(&c, int64(add.Cost))
 		lim.Cost = accounting.Money(c)
-		if err := p.book.SetLimit(context.Background(), g.ledger, lim, finalReserve(lim, g.limits.FinalReserve)); err != nil {
+		enforced := enforcedOnly(lim, g.term)
+		if err := p.book.SetLimit(context.Background(), g.ledger, enforced, finalReserve(enforced, g.limits.FinalReserve)); err != nil {
 			return r.Snapshot(now), err
 		}
 		g.limits.MaxSteps, g.limits.MaxTokens, g.limits.MaxToolCalls = lim.Steps, lim.Tokens, lim.ToolCalls
@@ -85,4 +81,29 @@ func (p *Pipeline) Resume(id, token string, add accounting.Budget) (runstate.Rec
 	}
 	p.wait(p.persist(r), r.ID)
 	return r.Snapshot(now), nil
+}
+
+// controlRun finds and locks a run for a control-plane action: the run
+// lock across replicas, then the run itself, brought up to date. unlock
+// releases both.
+func (p *Pipeline) controlRun(id string) (*runstate.Run, func(), error) {
+	r, err := p.getRun(id)
+	if err != nil {
+		return nil, nil, err
+	}
+	if r == nil {
+		return nil, nil, ErrNoRun
+	}
+	ctx := context.Background()
+	unlockRun, err := p.lockRun(ctx, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	r.Mu.Lock()
+	if err := p.refresh(r); err != nil {
+		r.Mu.Unlock()
+		unlockRun()
+		return nil, nil, err
+	}
+	return r, func() { r.Mu.Unlock(); unlockRun() }, nil
 }

@@ -26,15 +26,26 @@ func (p *Pipeline) Finish(ctx context.Context, t *Turn, out Outcome) *Answer {
 	now := p.now()
 	if t.run == nil || t.res == nil {
 		// Parse error, or answered by the gateway: nothing reserved.
-		p.obs.ModelCall(t.Req.API.String(), answerStatus(t, nil, out), now.Sub(t.started), out.UpstreamWait)
+		p.obs.ModelCall(p.callReport(t, answerStatus(t, nil, out), out, now))
 		return nil
 	}
 	if t.cancel != nil {
 		t.cancel()
 	}
 	r := t.run
+	ctx = context.WithoutCancel(ctx)
+	unlock, lockErr := p.lockRun(ctx, r.ID)
+	if lockErr != nil {
+		// Settle anyway: the book is the source of truth for money; the
+		// run's record catches up at its next call.
+		p.log.Error("run lock unavailable at settlement", "run_id", r.ID, "err", lockErr)
+		unlock = func() {}
+	}
 	r.Mu.Lock()
-	answer := p.finishLocked(context.WithoutCancel(ctx), t, out, now)
+	if err := p.refresh(r); err != nil {
+		p.log.Error("run refresh failed at settlement", "run_id", r.ID, "err", err)
+	}
+	answer := p.finishLocked(ctx, t, out, now)
 	p.closeReservation(t, govOf(r))
 	saved := p.persist(r)
 	r.Mu.Unlock()
@@ -43,8 +54,22 @@ func (p *Pipeline) Finish(ctx context.Context, t *Turn, out Outcome) *Answer {
 	}
 	// The answer leaves only once its settlement is on disk.
 	p.wait(saved, r.ID)
-	p.obs.ModelCall(t.Req.API.String(), answerStatus(t, answer, out), p.now().Sub(t.started), out.UpstreamWait)
+	unlock()
+	p.obs.ModelCall(p.callReport(t, answerStatus(t, answer, out), out, p.now()))
 	return answer
+}
+
+// callReport is the call as the observer sees it. Only values fixed before
+// Finish returns are read, so no lock is needed.
+func (p *Pipeline) callReport(t *Turn, status int, out Outcome, end time.Time) CallReport {
+	c := CallReport{API: t.Req.API.String(), Provider: t.Req.API.Provider(), Model: t.Req.Model, Status: status,
+		Step: t.step, Started: t.started, End: end, Total: end.Sub(t.started), Upstream: out.UpstreamWait,
+		FirstByte: out.FirstByte, Usage: t.usage, Cost: t.cost, FinishReason: t.finishReason,
+		ToolCalls: t.toolCalls, WrapUp: t.wrapUp, Err: out.Err, Trace: t.trace}
+	if r := t.run; r != nil {
+		c.RunID, c.SessionID, c.Tenant, c.Team = r.ID, r.SessionID, r.Tenant, r.Team
+	}
+	return c
 }
 
 // answerStatus is the status the agent received.
@@ -111,7 +136,7 @@ func (p *Pipeline) finishLocked(ctx context.Context, t *Turn, out Outcome, now t
 		return nil
 	}
 	if r.Transition(runstate.Completed, now, "final answer") {
-		p.obs.RunEnded(string(runstate.Completed), runstate.ReasonCompleted)
+		p.ended(r, runstate.Completed, runstate.Termination{Reason: runstate.ReasonCompleted}, now)
 	}
 	return nil
 }
@@ -156,6 +181,7 @@ func (p *Pipeline) settle(ctx context.Context, t *Turn, g *governance, resp *wir
 		label = t.Req.Model
 	}
 	p.obs.Usage(t.Req.API.Provider(), label, u, cost)
+	t.usage, t.cost, t.finishReason, t.toolCalls = u, cost, resp.FinishReason, len(resp.ToolCalls)
 	r.Record(now, runstate.Event{Type: runstate.EventModelCall, Model: model, Status: 200,
 		InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, CostUSD: cost.USD(),
 		Detail: resp.FinishReason})
@@ -177,6 +203,7 @@ func (p *Pipeline) toolStep(t *Turn, g *governance, resp *wire.Response, out Out
 		r.Record(now, runstate.Event{Type: runstate.EventToolCall, Tool: tc.Name, ArgumentsHash: fp.String()})
 	}
 	r.Transition(runstate.ExecutingTools, now, fmt.Sprintf("%d tool call(s)", len(calls)))
+	p.governModelToolCalls(t, g, resp, now)
 	if v := g.guard.Step(int(r.Counters.AgentSteps), calls); v != nil {
 		p.loopVerdict(t, g, v, now)
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/haltline/haltline/accounting"
+	"github.com/haltline/haltline/contextmgr"
 	"github.com/haltline/haltline/loopguard"
 	"github.com/haltline/haltline/policy"
 	"github.com/haltline/haltline/runstate"
@@ -30,6 +31,16 @@ type governance struct {
 	// persist (lineage keys, reservations opened or closed).
 	savedSeq int64
 	pending  []store.Op
+	// reportedSeq is the last event whose transition reached the observer.
+	reportedSeq int64
+	// version is the last persisted version of the run (runBlob.Version).
+	version int64
+	// ctx is the context manager's state: the compressed prefix, pinned
+	// facts (persisted with the run).
+	ctx *contextmgr.State
+	// tools is the run's tool governance: approvals, idempotent results,
+	// blobs of cut output, per-tool uses (tool*.go); nil until a tool call.
+	tools *toolState
 }
 
 func govOf(r *runstate.Run) *governance {
@@ -92,7 +103,7 @@ func (p *Pipeline) govern(ctx context.Context, r *runstate.Run, call *Call) (*go
 	limits.DeadlineMs = granted.DeadlineMs
 
 	g := &governance{limits: limits, term: term, loop: loop}
-	lim := granted.Vector
+	lim := enforcedOnly(granted.Vector, term)
 	g.ledger = "run:" + r.ID
 	g.ledgers = []string{g.ledger}
 	specs := []accounting.LedgerSpec{{Key: g.ledger, Limit: lim, FinalReserve: finalReserve(lim, limits.FinalReserve)}}
@@ -170,4 +181,23 @@ func newGuard(g *governance) *loopguard.Guard {
 		SameInRow: g.loop.SameInRow, Window: g.loop.Window, WindowRepeats: g.loop.WindowRepeats,
 		MaxCyclePeriod: g.loop.MaxCyclePeriod, StallSteps: g.loop.StallSteps,
 	})
+}
+
+// enforcedOnly leaves out of a run's ledger the limits whose line runs in
+// shadow mode: the ledger then never refuses for them, and the pipeline
+// records where it would have.
+func enforcedOnly(v accounting.Vector, term policy.TerminationAnswer) accounting.Vector {
+	if term.EnforcementOf(runstate.ReasonMaxSteps) == policy.Shadow {
+		v.Steps = 0
+	}
+	if term.EnforcementOf(runstate.ReasonTokenBudget) == policy.Shadow {
+		v.Tokens, v.InputTokens, v.OutputTokens = 0, 0, 0
+	}
+	if term.EnforcementOf(runstate.ReasonCostBudget) == policy.Shadow {
+		v.Cost = 0
+	}
+	if term.EnforcementOf(runstate.ReasonToolQuota) == policy.Shadow {
+		v.ToolCalls = 0
+	}
+	return v
 }

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"context"
 	"strconv"
 
 	"github.com/haltline/haltline/runstate"
@@ -11,23 +12,34 @@ import (
 // lineage — previous_response_id, the tool-call ids of the last assistant
 // turn, the hash of its text — else a new run. A new user message after a
 // final answer starts a new run in the same session.
-func (p *Pipeline) identify(call *Call, req *wire.Request) (r *runstate.Run, created bool) {
+func (p *Pipeline) identify(ctx context.Context, call *Call, req *wire.Request) (r *runstate.Run, created bool, err error) {
 	if call.RunID != "" {
-		return p.runs.GetOrCreate(p.identity(call, call.RunID, call.SessionID))
+		if r, err = p.getRun(call.RunID); r != nil || err != nil {
+			return r, false, err
+		}
+		r, created = p.runs.GetOrCreate(p.identity(call, call.RunID, call.SessionID))
+		return r, created, nil
 	}
 	var prev *runstate.Run
 	if req.PreviousResponseID != "" {
-		prev = p.runs.Lookup(runstate.KeyResponse + req.PreviousResponseID)
+		if prev, err = p.lookup(runstate.KeyResponse + req.PreviousResponseID); err != nil {
+			return nil, false, err
+		}
 	}
 	if prev == nil {
 		for _, id := range req.LastAssistantToolCallIDs {
-			if prev = p.runs.Lookup(runstate.KeyToolCall + id); prev != nil {
+			if prev, err = p.lookup(runstate.KeyToolCall + id); err != nil {
+				return nil, false, err
+			}
+			if prev != nil {
 				break
 			}
 		}
 	}
 	if prev == nil && req.LastAssistantTextHash != 0 {
-		prev = p.runs.Lookup(runstate.KeyText + strconv.FormatUint(req.LastAssistantTextHash, 16))
+		if prev, err = p.lookup(runstate.KeyText + strconv.FormatUint(req.LastAssistantTextHash, 16)); err != nil {
+			return nil, false, err
+		}
 	}
 	if prev != nil {
 		prev.Mu.Lock()
@@ -37,15 +49,17 @@ func (p *Pipeline) identify(call *Call, req *wire.Request) (r *runstate.Run, cre
 		// same conversation; anything else continues the run (and a run that
 		// was ended keeps answering with its termination).
 		if !(req.NewUserTurn && (state == runstate.Completed || state == runstate.CompletedWithDegradation)) {
-			return prev, false
+			return prev, false, nil
 		}
 		sid := session
 		if call.SessionID != "" {
 			sid = call.SessionID
 		}
-		return p.runs.GetOrCreate(p.identity(call, runstate.NewID("r-"), sid))
+		r, created = p.runs.GetOrCreate(p.identity(call, runstate.NewID("r-"), sid))
+		return r, created, nil
 	}
-	return p.runs.GetOrCreate(p.identity(call, runstate.NewID("r-"), call.SessionID))
+	r, created = p.runs.GetOrCreate(p.identity(call, runstate.NewID("r-"), call.SessionID))
+	return r, created, nil
 }
 
 func (p *Pipeline) identity(call *Call, id, session string) runstate.Identity {

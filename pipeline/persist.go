@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/haltline/haltline/accounting"
+	"github.com/haltline/haltline/contextmgr"
 	"github.com/haltline/haltline/policy"
 	"github.com/haltline/haltline/runstate"
 	"github.com/haltline/haltline/store"
@@ -22,6 +23,11 @@ type runBlob struct {
 	Budgeted bool                     `json:"budgeted"`
 	Ledgers  []string                 `json:"ledgers"` // the run's own first
 	Guard    []byte                   `json:"guard,omitempty"`
+	Tools    *toolSnapshot            `json:"tools,omitempty"`
+	// Version grows with every write, so a replica can tell a newer state.
+	Version int64 `json:"version"`
+	// Context is the context manager's state of the run.
+	Context *contextmgr.State `json:"context,omitempty"`
 }
 
 // persistWait bounds how long a call waits for its commit.
@@ -32,6 +38,7 @@ const persistWait = 5 * time.Second
 // atomic write. The caller holds r.Mu; it may wait on the returned channel
 // after unlocking.
 func (p *Pipeline) persist(r *runstate.Run) <-chan error {
+	p.reportTransitions(r, govOf(r))
 	st := p.opts.Store
 	if st == nil {
 		return nil
@@ -56,6 +63,10 @@ func (p *Pipeline) persist(r *runstate.Run) <-chan error {
 		if b, err := g.guard.MarshalBinary(); err == nil {
 			blob.Guard = b
 		}
+		blob.Tools = g.tools.snapshot()
+		g.version++
+		blob.Version = g.version
+		blob.Context = g.ctx
 		ops = append(ops, g.pending...)
 		g.pending = g.pending[:0]
 		for _, ev := range r.EventsSince(g.savedSeq) {
@@ -191,21 +202,12 @@ func (p *Pipeline) Restore(ctx context.Context) (runs int, err error) {
 			return nil
 		})
 		r := runstate.Restore(b.Run, events, now)
-		g := &governance{limits: b.Limits, term: b.Term, loop: b.Loop, budgeted: b.Budgeted, savedSeq: b.Run.LastEventSeq}
-		g.ledgers = b.Ledgers
-		if len(g.ledgers) > 0 {
-			g.ledger = g.ledgers[0]
+		g := p.governanceOf(&b)
+		if g.ledger != "" {
 			lim := budgetOf(b.Limits).Vector
 			// A run ledger missing from the store (never written) starts afresh.
 			_ = p.book.Ensure(ctx, []accounting.LedgerSpec{{Key: g.ledger, Limit: lim,
 				FinalReserve: finalReserve(lim, b.Limits.FinalReserve)}}, now)
-		}
-		g.canon = p.canonicalizer(b.Loop.VolatileKeys)
-		g.guard = newGuard(g)
-		if len(b.Guard) > 0 {
-			if err := g.guard.UnmarshalBinary(b.Guard); err != nil {
-				p.log.Warn("loop guard state not restored", "run_id", b.Run.ID, "err", err)
-			}
 		}
 		r.Ext = g
 		p.runs.Put(r)
@@ -219,6 +221,9 @@ func (p *Pipeline) Restore(ctx context.Context) (runs int, err error) {
 		p.runs.Index(string(k), string(v))
 		return nil
 	})
+	if err == nil {
+		err = p.restoreTools(st)
+	}
 	if len(expired) > 0 {
 		ops := make([]store.Op, len(expired))
 		for i, k := range expired {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/haltline/haltline/accounting"
+	"github.com/haltline/haltline/contextmgr"
 	"github.com/haltline/haltline/loopguard"
 	"github.com/haltline/haltline/policy"
 	"github.com/haltline/haltline/runstate"
@@ -17,24 +18,98 @@ import (
 // Observer receives what the pipeline measures; telemetry implements it so
 // that no domain package imports Prometheus.
 type Observer interface {
-	ModelCall(api string, status int, total, upstream time.Duration)
+	// ModelCall reports every call once, from Finish: metrics, the
+	// per-call log line and the end of its upstream span.
+	ModelCall(c CallReport)
 	Usage(provider, model string, u wire.Usage, cost accounting.Money)
 	RunStarted()
-	RunEnded(state, reason string)
+	// RunEnded reports a run's end, completed or terminated.
+	RunEnded(e RunEnd)
 	Termination(reason, mode string)
 	Reservation(result string)
 	LoopDetection(detector, mode string)
+	// Transition reports a state change as the run's events record it
+	// (from "" when the run starts), so that each state can be a span.
+	Transition(runID, from, to string, at time.Time)
+	// UpstreamStart is called as a call is forwarded. The observer may add
+	// propagation headers (traceparent) through set; what it returns comes
+	// back in the call's CallReport.Trace.
+	UpstreamStart(runID, api, provider, model string, set func(key, value string)) any
+	// Compression reports a context rewrite: estimated tokens before and after.
+	Compression(api string, before, after int64)
+}
+
+// RunEnd is how a run ended, for metrics, the trace and the log line.
+type RunEnd struct {
+	RunID, SessionID, Tenant, Team        string
+	State, Reason, Detail, Detector, Mode string
+	Step                                  int64
+	// ArgumentsHash is the last tool action's fingerprint, never its arguments.
+	LastTool, ArgumentsHash string
+	At                      time.Time
+}
+
+func runEnd(r *runstate.Run, state runstate.State, term runstate.Termination, now time.Time) RunEnd {
+	e := RunEnd{RunID: r.ID, SessionID: r.SessionID, Tenant: r.Tenant, Team: r.Team, State: string(state),
+		Reason: term.Reason, Detail: term.Detail, Detector: term.Detector, Mode: term.Mode, Step: term.Step, At: now}
+	if e.Step == 0 {
+		e.Step = r.Counters.AgentSteps
+	}
+	if a := r.LastAction; a != nil {
+		e.LastTool, e.ArgumentsHash = a.Tool, a.ArgumentsHash
+	}
+	return e
+}
+
+// ended reports a run's end, after every transition that led to it, so
+// that the observer sees the states in order.
+func (p *Pipeline) ended(r *runstate.Run, state runstate.State, term runstate.Termination, now time.Time) {
+	p.reportTransitions(r, govOf(r))
+	p.obs.RunEnded(runEnd(r, state, term, now))
+}
+
+// reportTransitions hands the transitions recorded since the last report to
+// the observer. It runs at every persist, the one place every state change
+// passes, whichever stage made it. The caller holds r.Mu.
+func (p *Pipeline) reportTransitions(r *runstate.Run, g *governance) {
+	if g == nil {
+		return
+	}
+	for _, ev := range r.EventsSince(g.reportedSeq) {
+		if ev.Type == runstate.EventTransition || ev.Type == runstate.EventResumed {
+			at, err := time.Parse(time.RFC3339Nano, ev.At)
+			if err != nil {
+				at = p.now()
+			}
+			p.obs.Transition(r.ID, string(ev.From), string(ev.To), at)
+		}
+		g.reportedSeq = ev.Seq
+	}
+}
+
+// Forwarding tells the observer that the turn's call goes upstream now; set
+// receives the headers to propagate (traceparent) when tracing is on.
+func (p *Pipeline) Forwarding(t *Turn, set func(key, value string)) {
+	if t.run == nil {
+		return
+	}
+	t.trace = p.obs.UpstreamStart(t.run.ID, t.Req.API.String(), t.Req.API.Provider(), t.Req.Model, set)
 }
 
 type nopObserver struct{}
 
-func (nopObserver) ModelCall(string, int, time.Duration, time.Duration) {}
-func (nopObserver) Usage(string, string, wire.Usage, accounting.Money)  {}
-func (nopObserver) RunStarted()                                         {}
-func (nopObserver) RunEnded(string, string)                             {}
-func (nopObserver) Termination(string, string)                          {}
-func (nopObserver) Reservation(string)                                  {}
-func (nopObserver) LoopDetection(string, string)                        {}
+func (nopObserver) ModelCall(CallReport)                               {}
+func (nopObserver) Usage(string, string, wire.Usage, accounting.Money) {}
+func (nopObserver) RunStarted()                                        {}
+func (nopObserver) RunEnded(RunEnd)                                    {}
+func (nopObserver) Termination(string, string)                         {}
+func (nopObserver) Reservation(string)                                 {}
+func (nopObserver) LoopDetection(string, string)                       {}
+func (nopObserver) Transition(string, string, string, time.Time)       {}
+func (nopObserver) Compression(string, int64, int64)                   {}
+func (nopObserver) UpstreamStart(string, string, string, string, func(string, string)) any {
+	return nil
+}
 
 // Options wire the pipeline.
 type Options struct {
@@ -45,8 +120,14 @@ type Options struct {
 	Book     accounting.Book
 	Observer Observer
 	// Store, when set, receives every run change (DESIGN §9).
-	Store  store.Store
-	Logger *slog.Logger
+	Store store.Store
+	// RunLock, with a store shared by several replicas, serialises each
+	// run's transitions across them.
+	RunLock RunLock
+	// Context, when set, keeps forwarded requests under the watermark of
+	// the model's window (a template: its Blob is set per run).
+	Context *contextmgr.Rewriter
+	Logger  *slog.Logger
 	// UpstreamTimeout is the configured bound of one upstream call.
 	UpstreamTimeout time.Duration
 	// Lease is the reservation lease.

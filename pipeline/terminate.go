@@ -61,9 +61,8 @@ func (p *Pipeline) terminate(r *runstate.Run, g *governance, term runstate.Termi
 	}
 	r.Record(now, runstate.Event{Type: runstate.EventTermination, Detail: term.Reason + ": " + term.Detail})
 	p.obs.Termination(term.Reason, policy.Enforce)
-	p.obs.RunEnded(string(state), term.Reason)
-	p.log.Info("run ended", "run_id", r.ID, "status", string(state), "reason", term.Reason,
-		"step", term.Step, "detector", term.Detector)
+	// The observer writes the termination's log line (telemetry's keys).
+	p.ended(r, state, *r.Termination, now)
 }
 
 // loopVerdict turns a loop guard verdict into a termination line. The run

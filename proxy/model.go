@@ -55,9 +55,13 @@ func (s *Server) model(ctx *fasthttp.RequestCtx, codec wire.Codec, prov *config.
 	// on cancel or termination), the per-call timeout, and the client.
 	callCtx, cancel := context.WithCancel(t.Ctx)
 	stopWatch := watchHangup(ctx.Conn(), cancel)
+	// The run's trace context travels upstream as traceparent (copied
+	// with the agent's headers); a no-op when tracing is off.
+	s.p.Forwarding(t, func(k, v string) { h.Set(k, v) })
 	start := time.Now()
 	resp, err := s.send(callCtx, ctx, t, prov)
 	wait := time.Since(start)
+	firstByte := wait // send returns once the response headers are in
 	if err != nil {
 		stopWatch()
 		cancel()
@@ -74,7 +78,7 @@ func (s *Server) model(ctx *fasthttp.RequestCtx, codec wire.Codec, prov *config.
 			s.answerFinish(ctx, t, pipeline.Outcome{Err: rerr, UpstreamWait: wait})
 			return
 		}
-		out := pipeline.Outcome{Status: resp.StatusCode, Body: body, UpstreamWait: wait}
+		out := pipeline.Outcome{Status: resp.StatusCode, Body: body, UpstreamWait: wait, FirstByte: firstByte}
 		if a := s.p.Finish(bg, t, out); a != nil {
 			s.p.Headers(t, ctx.Response.Header.Set)
 			writeAnswer(ctx, a)
@@ -96,6 +100,7 @@ func (s *Server) model(ctx *fasthttp.RequestCtx, codec wire.Codec, prov *config.
 		settle := func(out pipeline.Outcome) {
 			out.Status = resp.StatusCode
 			out.UpstreamWait = time.Since(start)
+			out.FirstByte = firstByte
 			s.p.Finish(context.WithoutCancel(callCtx), t, out)
 		}
 		out := relay(w, resp.Body, t, settle)

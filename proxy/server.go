@@ -33,6 +33,9 @@ type Options struct {
 	Client *http.Client
 	// Retries bounds upstream retries of timeouts, 5xx, resets and 429.
 	Retries int
+	// MCPServers and Tools are the tool routes' upstreams (proxy/tools.go).
+	MCPServers map[string]config.MCPServer
+	Tools      map[string]config.HTTPTool
 }
 
 // Server is the data plane.
@@ -112,6 +115,10 @@ func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
 		s.model(ctx, codecMessages, &s.o.Anthropic)
 	case strings.HasPrefix(path, "/v1/"):
 		s.passThrough(ctx)
+	case path == "/mcp" || strings.HasPrefix(path, "/mcp/"):
+		s.mcpRoute(ctx)
+	case strings.HasPrefix(path, "/tools/"):
+		s.httpToolRoute(ctx)
 	default:
 		// In the caller's format: an Anthropic client names its API version.
 		codec := codecFor(path, ctx.Request.Header.Peek("anthropic-version") != nil)

@@ -9,6 +9,7 @@ const (
 	EventShadow      = "shadow"
 	EventResumed     = "resumed"
 	EventWrapUp      = "wrap_up"
+	EventCompression = "compression"
 )
 
 // Event is one entry of a run's timeline. ElapsedMs is monotonic from the

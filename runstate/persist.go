@@ -37,6 +37,7 @@ func (r *Run) Export(now time.Time) Persisted {
 	if r.Termination != nil {
 		p.ResumeToken = r.Termination.ResumeToken
 	}
+	p.LastEventSeq = r.seqBase
 	if n := len(r.Events); n > 0 {
 		p.LastEventSeq = r.Events[n-1].Seq
 	}
@@ -55,6 +56,10 @@ func Restore(p Persisted, events []Event, now time.Time) *Run {
 		WouldTerminate: p.WouldTerminate, Outstanding: p.Outstanding, Events: events,
 	}
 	r.Counters.EstimatedCost, r.Counters.ActualCost = p.EstimatedCost, p.ActualCost
+	r.seqBase = p.LastEventSeq
+	if n := len(events); n > 0 {
+		r.seqBase = events[0].Seq - 1
+	}
 	if r.Termination != nil {
 		r.Termination.ResumeToken = p.ResumeToken
 	}
@@ -85,5 +90,23 @@ func (g *Registry) LineageKeys(fn func(key, runID string)) {
 			fn(k, v)
 		}
 		s.mu.RUnlock()
+	}
+}
+
+// Load replaces the run's state by a newer persisted one, in place (other
+// goroutines hold this *Run): a replica catching up with what another
+// replica did to the same run. Events are replaced when given. The caller
+// holds Mu.
+func (r *Run) Load(p Persisted, events []Event, now time.Time) {
+	fresh := Restore(p, events, now)
+	r.Identity, r.State, r.Counters = fresh.Identity, fresh.State, fresh.Counters
+	r.MaxSteps, r.DeadlineMs, r.Created = fresh.MaxSteps, fresh.DeadlineMs, fresh.Created
+	r.start, r.ElapsedOffset, r.Ended = fresh.start, fresh.ElapsedOffset, fresh.Ended
+	r.LastAction, r.Partial, r.Termination = fresh.LastAction, fresh.Partial, fresh.Termination
+	r.WouldTerminate, r.Outstanding = fresh.WouldTerminate, fresh.Outstanding
+	r.Events = events
+	r.seqBase = p.LastEventSeq
+	if n := len(events); n > 0 {
+		r.seqBase = events[0].Seq - 1
 	}
 }

@@ -61,6 +61,18 @@ func (g *Registry) GetOrCreate(ident Identity) (r *Run, created bool) {
 	return r, true
 }
 
+// Adopt adds r unless a run with its id is already there, which it returns.
+func (g *Registry) Adopt(r *Run) (*Run, bool) {
+	s := g.shardOf(r.ID)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if existing := s.runs[r.ID]; existing != nil {
+		return existing, false
+	}
+	s.runs[r.ID] = r
+	return r, true
+}
+
 // Put adds a run as it is (restored from the store).
 func (g *Registry) Put(r *Run) {
 	s := g.shardOf(r.ID)

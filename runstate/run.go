@@ -92,6 +92,9 @@ type Run struct {
 	Outstanding map[string]OutstandingCall
 	// Ext holds the pipeline's per-run governance state.
 	Ext any
+	// seqBase is the last event sequence number before Events (events that
+	// live only in the store, loaded from another replica).
+	seqBase int64
 	// cancels are the in-flight calls' cancel functions, for cancel.
 	cancels    map[uint64]func()
 	nextCancel uint64
@@ -148,7 +151,7 @@ func (r *Run) Record(now time.Time, ev Event) { r.event(now, ev) }
 const maxEvents = 4096
 
 func (r *Run) event(now time.Time, ev Event) {
-	ev.Seq = int64(len(r.Events)) + 1
+	ev.Seq = r.seqBase + 1
 	if n := len(r.Events); n > 0 {
 		ev.Seq = r.Events[n-1].Seq + 1
 	}

@@ -122,6 +122,22 @@ func (s *Bolt) writer() {
 	}
 }
 
+// Get implements Store.
+func (s *Bolt) Get(b Bucket, key []byte) ([]byte, error) {
+	var out []byte
+	err := s.db.View(func(tx *bolt.Tx) error {
+		bk := tx.Bucket([]byte(b))
+		if bk == nil {
+			return fmt.Errorf("store: no bucket %q", b)
+		}
+		if v := bk.Get(key); v != nil {
+			out = bytes.Clone(v)
+		}
+		return nil
+	})
+	return out, err
+}
+
 // Scan implements Store.
 func (s *Bolt) Scan(b Bucket, fn func(key, value []byte) error) error {
 	return s.ScanPrefix(b, nil, fn)

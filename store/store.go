@@ -12,10 +12,13 @@ const (
 	Lineage      Bucket = "lineage"      // lineage key → run id
 	Ledgers      Bucket = "ledgers"      // ledger key → ledger state
 	Reservations Bucket = "reservations" // reservation key → open reservation
+	Idempotency  Bucket = "idempotency"  // run id \x00 call key → stored tool result
+	Approvals    Bucket = "approvals"    // ticket → approval (run id inside)
+	Blobs        Bucket = "blobs"        // handle → full text of a cut tool result (run id inside)
 )
 
 // AllBuckets lists every bucket.
-var AllBuckets = []Bucket{Runs, Events, Lineage, Ledgers, Reservations}
+var AllBuckets = []Bucket{Runs, Events, Lineage, Ledgers, Reservations, Idempotency, Approvals, Blobs}
 
 // Op is one write: a put, or a delete when Value is nil.
 type Op struct {
@@ -29,6 +32,8 @@ type Store interface {
 	// Apply queues the ops to be committed together, in order, atomically.
 	// The channel receives the commit's result once.
 	Apply(ops []Op) <-chan error
+	// Get returns one record, or nil when there is none.
+	Get(b Bucket, key []byte) ([]byte, error)
 	// Scan calls fn for every record of a bucket, in key order.
 	Scan(b Bucket, fn func(key, value []byte) error) error
 	// ScanPrefix calls fn for every record of a bucket whose key starts with prefix.

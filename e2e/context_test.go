@@ -1,0 +1,143 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	anthropic "github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/tidwall/gjson"
+
+	"github.com/haltline/haltline/config"
+	"github.com/haltline/haltline/contextmgr"
+	"github.com/haltline/haltline/wire"
+)
+
+// smallWindow is a price catalog with one model of a 32k window.
+func smallWindow(t *testing.T) func(*config.Config) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "prices.yaml")
+	cat := "models:\n  small-32k:\n    context_window: 32000\n    input_usd_per_mtok: 0.15\n    cached_input_usd_per_mtok: 0.075\n    output_usd_per_mtok: 0.60\n"
+	if err := os.WriteFile(path, []byte(cat), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return func(c *config.Config) { c.Prices = path }
+}
+
+// prefixBreaks counts the forwarded calls whose cacheable prefix differs
+// from the previous call's: the system prompt and tools must be identical,
+// and the previous messages must open the new messages array unchanged
+// (providers cache tools, system and messages in that order, whatever the
+// JSON key order).
+func prefixBreaks(reqs []recorded) int {
+	breaks := 0
+	for i := 1; i < len(reqs); i++ {
+		prev, cur := reqs[i-1].Body, reqs[i].Body
+		pm, cm := gjson.GetBytes(prev, "messages").Raw, gjson.GetBytes(cur, "messages").Raw
+		same := gjson.GetBytes(prev, "system").Raw == gjson.GetBytes(cur, "system").Raw &&
+			gjson.GetBytes(prev, "tools").Raw == gjson.GetBytes(cur, "tools").Raw &&
+			len(pm) > 1 && strings.HasPrefix(cm, pm[:len(pm)-1])
+		if !same {
+			breaks++
+		}
+	}
+	return breaks
+}
+
+// A 40-step agent with 30 KB tool outputs against a model whose window is
+// 32k runs to completion with no forwarded request over 0.6 × window, and
+// the upstream sees byte-identical prefixes on consecutive calls between
+// compressions.
+func TestContextStaysUnderWatermark(t *testing.T) {
+	t.Parallel()
+	const steps = 40
+	watermark := int64(0.6 * 32000)
+	big := strings.Repeat("row 42: status=ok latency=17ms region=eu-west-1 ", 30000/48)
+	for _, tc := range []struct {
+		desc      string
+		anthropic bool
+	}{{"openai", false}, {"anthropic", true}} {
+		t.Run(tc.desc, func(t *testing.T) {
+			t.Parallel()
+			m := &toolLoop{finalAfter: 1 << 30, finalAtCall: steps, in: 1000, out: 20}
+			up := newUpstream(t, m.serve)
+			g := startGateway(t, up.URL, smallWindow(t))
+			ctx := context.Background()
+			n := 0
+			if tc.anthropic {
+				client := anthropicClient(g)
+				msgs := []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("Audit every page. You must never skip a page."))}
+				tools := []anthropic.ToolUnionParam{{OfTool: &anthropic.ToolParam{Name: "read_page",
+					InputSchema: anthropic.ToolInputSchemaParam{Properties: map[string]any{}}}}}
+				for ; n < steps+1; n++ {
+					msg, err := client.Messages.New(ctx, anthropic.MessageNewParams{Model: "small-32k", MaxTokens: 512,
+						System: []anthropic.TextBlockParam{{Text: "You are an auditor."}}, Messages: msgs, Tools: tools})
+					if err != nil {
+						t.Fatalf("step %d: %v", n+1, err)
+					}
+					if msg.StopReason != anthropic.StopReasonToolUse {
+						break
+					}
+					msgs = append(msgs, msg.ToParam())
+					var res []anthropic.ContentBlockParamUnion
+					for _, c := range msg.Content {
+						if c.Type == "tool_use" {
+							res = append(res, anthropic.NewToolResultBlock(c.ID, fmt.Sprintf("page %d\n%s", n, big), false))
+						}
+					}
+					msgs = append(msgs, anthropic.NewUserMessage(res...))
+				}
+			} else {
+				client := openaiClient(g)
+				msgs := []openai.ChatCompletionMessageParamUnion{openai.SystemMessage("You are an auditor."),
+					openai.UserMessage("Audit every page. You must never skip a page.")}
+				tools := []openai.ChatCompletionToolUnionParam{openai.ChatCompletionFunctionTool(openai.FunctionDefinitionParam{
+					Name: "read_page", Parameters: openai.FunctionParameters{"type": "object"}})}
+				for ; n < steps+1; n++ {
+					var resp *http.Response
+					c, err := client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "small-32k", Messages: msgs, Tools: tools},
+						option.WithResponseInto(&resp))
+					if err != nil {
+						t.Fatalf("step %d: %v", n+1, err)
+					}
+					msg := c.Choices[0].Message
+					if len(msg.ToolCalls) == 0 {
+						break
+					}
+					msgs = append(msgs, msg.ToParam())
+					for _, tc := range msg.ToolCalls {
+						msgs = append(msgs, openai.ToolMessage(fmt.Sprintf("page %d\n%s", n, big), tc.ID))
+					}
+				}
+			}
+			if n != steps-1 {
+				t.Fatalf("the agent stopped after %d steps", n+1)
+			}
+			api := wire.APIChat
+			if tc.anthropic {
+				api = wire.APIMessages
+			}
+			reqs := up.requests()
+			for i, r := range reqs {
+				if est := contextmgr.Estimate(api, r.Body); est > watermark {
+					t.Fatalf("call %d forwarded %d tokens, over the watermark %d", i+1, est, watermark)
+				}
+				if !bytes.Contains(r.Body, []byte("never skip a page")) {
+					t.Fatalf("call %d lost the task", i+1)
+				}
+			}
+			breaks := prefixBreaks(reqs)
+			t.Logf("%d calls, %d prefix breaks", len(reqs), breaks)
+			if breaks > 6 {
+				t.Fatalf("%d of %d calls changed the prefix: compression is not stable", breaks, len(reqs))
+			}
+		})
+	}
+}

@@ -1,0 +1,179 @@
+package pipeline
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/haltline/haltline/runstate"
+	"github.com/haltline/haltline/store"
+)
+
+// RunLock serialises a run's transitions across replicas that share one
+// store (Redis): each replica takes the run's lock, catches up with the
+// run's latest persisted version, moves it, persists, and lets go.
+type RunLock interface {
+	Lock(ctx context.Context, runID string) (unlock func(), err error)
+}
+
+// shared reports that several replicas share runs through the store.
+func (p *Pipeline) shared() bool { return p.opts.RunLock != nil && p.opts.Store != nil }
+
+func (p *Pipeline) lockRun(ctx context.Context, runID string) (func(), error) {
+	if !p.shared() {
+		return func() {}, nil
+	}
+	return p.opts.RunLock.Lock(ctx, runID)
+}
+
+// refresh loads the run's latest persisted version when another replica
+// moved it since this one did. The caller holds r.Mu (and the run lock).
+func (p *Pipeline) refresh(r *runstate.Run) error {
+	if !p.shared() {
+		return nil
+	}
+	v, err := p.opts.Store.Get(store.Runs, []byte(r.ID))
+	if err != nil || v == nil {
+		return err
+	}
+	var b runBlob
+	if err := json.Unmarshal(v, &b); err != nil {
+		return fmt.Errorf("run %s: %w", r.ID, err)
+	}
+	if g := govOf(r); g != nil && b.Version <= g.version {
+		return nil
+	}
+	r.Load(b.Run, nil, p.now())
+	ng := p.governanceOf(&b)
+	if old := govOf(r); old != nil && old.tools != nil {
+		// Tool results, tickets and blobs this replica holds stay; the
+		// per-tool uses and the pause come from the newer state.
+		fresh := ng.tools
+		ng.tools = old.tools
+		ng.tools.Uses, ng.tools.PausedAt = fresh.Uses, fresh.PausedAt
+	}
+	r.Ext = ng
+	return nil
+}
+
+// governanceOf rebuilds a run's governance from its persisted form.
+func (p *Pipeline) governanceOf(b *runBlob) *governance {
+	g := &governance{limits: b.Limits, term: b.Term, loop: b.Loop, budgeted: b.Budgeted,
+		savedSeq: b.Run.LastEventSeq, version: b.Version, ledgers: b.Ledgers, ctx: b.Context}
+	if len(g.ledgers) > 0 {
+		g.ledger = g.ledgers[0]
+	}
+	g.canon = p.canonicalizer(b.Loop.VolatileKeys)
+	g.tools = restoreToolState(b.Tools)
+	g.guard = newGuard(g)
+	if len(b.Guard) > 0 {
+		if err := g.guard.UnmarshalBinary(b.Guard); err != nil {
+			p.log.Warn("loop guard state not restored", "run_id", b.Run.ID, "err", err)
+		}
+	}
+	return g
+}
+
+// getRun returns a run by id: from memory, or with a shared store from the
+// store (another replica created it). nil when it does not exist.
+func (p *Pipeline) getRun(id string) (*runstate.Run, error) {
+	if r := p.runs.Get(id); r != nil || !p.shared() {
+		return r, nil
+	}
+	v, err := p.opts.Store.Get(store.Runs, []byte(id))
+	if err != nil || v == nil {
+		return nil, err
+	}
+	var b runBlob
+	if err := json.Unmarshal(v, &b); err != nil {
+		return nil, fmt.Errorf("run %s: %w", id, err)
+	}
+	r := runstate.Restore(b.Run, nil, p.now())
+	r.Ext = p.governanceOf(&b)
+	if existing, created := p.runs.Adopt(r); !created {
+		return existing, nil
+	}
+	return r, nil
+}
+
+// lookup resolves a lineage key: from memory, or with a shared store from
+// the store.
+func (p *Pipeline) lookup(key string) (*runstate.Run, error) {
+	if r := p.runs.Lookup(key); r != nil || !p.shared() {
+		return r, nil
+	}
+	v, err := p.opts.Store.Get(store.Lineage, []byte(key))
+	if err != nil || v == nil {
+		return nil, err
+	}
+	p.runs.Index(key, string(v))
+	return p.getRun(string(v))
+}
+
+// Record returns a run's record; with a shared store it is brought up to
+// date first, so every replica's control plane shows the same counters.
+func (p *Pipeline) Record(id string) (runstate.Record, bool, error) {
+	r, err := p.getRun(id)
+	if err != nil || r == nil {
+		return runstate.Record{}, false, err
+	}
+	r.Mu.Lock()
+	defer r.Mu.Unlock()
+	if err := p.refresh(r); err != nil {
+		return runstate.Record{}, false, err
+	}
+	return r.Snapshot(p.now()), true, nil
+}
+
+// Events returns a run's timeline; with a shared store, from the store.
+func (p *Pipeline) Events(id string) ([]runstate.Event, bool, error) {
+	if !p.shared() {
+		r := p.runs.Get(id)
+		if r == nil {
+			return nil, false, nil
+		}
+		r.Mu.Lock()
+		defer r.Mu.Unlock()
+		return append([]runstate.Event(nil), r.Events...), true, nil
+	}
+	r, err := p.getRun(id)
+	if err != nil || r == nil {
+		return nil, false, err
+	}
+	var evs []runstate.Event
+	err = p.opts.Store.ScanPrefix(store.Events, append([]byte(id), 0), func(_, v []byte) error {
+		var e runstate.Event
+		if json.Unmarshal(v, &e) == nil {
+			evs = append(evs, e)
+		}
+		return nil
+	})
+	return evs, true, err
+}
+
+// Records lists run records; with a shared store, every replica's runs.
+func (p *Pipeline) Records(f runstate.Filter) ([]runstate.Record, error) {
+	if !p.shared() {
+		return p.runs.List(f), nil
+	}
+	var ids []string
+	err := p.opts.Store.Scan(store.Runs, func(k, _ []byte) error {
+		ids = append(ids, string(k))
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, id := range ids {
+		if _, err := p.getRun(id); err != nil {
+			return nil, err
+		}
+	}
+	// Bring every run up to date, then filter as a single replica would.
+	for _, id := range ids {
+		if _, _, err := p.Record(id); err != nil {
+			return nil, err
+		}
+	}
+	return p.runs.List(f), nil
+}

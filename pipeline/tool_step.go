@@ -1,0 +1,50 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/haltline/haltline/policy"
+	"github.com/haltline/haltline/runstate"
+	"github.com/haltline/haltline/wire"
+)
+
+// governModelToolCalls is the tool step of a model response (called from
+// toolStep): each tool call is indexed for attribution at the tool routes,
+// and asked of haltline.tool. A denied call ends the run policy_denied
+// through the turn's pending end: a non-streamed response is replaced by
+// the ended answer, a stream ends the run at its next call. Approvals are
+// the tool route's: the framework runs the call through it.
+func (p *Pipeline) governModelToolCalls(t *Turn, g *governance, resp *wire.Response, now time.Time) {
+	r := t.run
+	for _, tc := range resp.ToolCalls {
+		afp := g.canon.Fingerprint("", tc.Name, tc.Arguments).String()
+		p.indexKey(g, toolFPKey(tc.Name, afp), r.ID)
+		if p.pol == nil || t.pendingEnd != nil {
+			continue
+		}
+		server, entry := p.ToolRegistry().resolve(tc.Name)
+		in := policy.ToolInput{RunInput: runInput(r, t.Call.Principal, now), Tool: policy.ToolInfo{
+			Name: tc.Name, Server: server, Level: entry.Level, Hints: entry.Hints, Arguments: tc.Arguments,
+			Fingerprint: g.canon.Fingerprint(r.AgentID, tc.Name, tc.Arguments).String()}}
+		d, err := p.pol.Tool(context.Background(), in)
+		detail := ""
+		switch {
+		case err != nil:
+			// Fail closed: a policy that cannot answer never allows.
+			p.log.Error("tool policy failed", "run_id", r.ID, "tool", tc.Name, "err", err)
+			detail = fmt.Sprintf("tool call %s: policy unavailable", tc.Name)
+		case !d.Allow:
+			detail = fmt.Sprintf("tool call %s denied: %s", tc.Name, d.Reason)
+		default:
+			continue
+		}
+		term := runstate.Termination{Reason: runstate.ReasonPolicyDenied, Detail: detail}
+		if g.term.EnforcementOf(term.Reason) == policy.Shadow {
+			p.shadow(r, term, t.step, now)
+			continue
+		}
+		t.pendingEnd = &term
+	}
+}

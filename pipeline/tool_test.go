@@ -1,0 +1,175 @@
+package pipeline_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/haltline/haltline/pipeline"
+	"github.com/haltline/haltline/policy"
+	"github.com/haltline/haltline/runstate"
+)
+
+func toolPipeline(t testing.TB, now func() time.Time) *pipeline.Pipeline {
+	t.Helper()
+	pol, err := policy.New(context.Background(), policy.Options{Data: map[string]any{"tools": map[string]any{
+		"fs": map[string]any{"read": map[string]any{"level": "L0"}, "write": map[string]any{"level": "L1"},
+			"delete": map[string]any{"level": "L2"}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := pipeline.New(pipeline.Options{Policy: pol, Now: now})
+	p.ToolRegistry().Declare("fs", "read", "L0", 0)
+	p.ToolRegistry().Declare("fs", "write", "L1", 0)
+	p.ToolRegistry().Declare("fs", "delete", "L2", 0)
+	return p
+}
+
+// runTool runs one call through BeginTool/FinishTool with a fake tool that
+// answers text.
+func runTool(p *pipeline.Pipeline, run, name, args, text string) (*pipeline.ToolTurn, pipeline.StoredResult) {
+	tt := p.BeginTool(context.Background(), &pipeline.ToolCall{Server: "fs", Name: name, Arguments: []byte(args), RunID: run})
+	if tt.Answer != nil {
+		return tt, pipeline.StoredResult{}
+	}
+	res := p.FinishTool(context.Background(), tt, pipeline.ToolOutcome{Text: text,
+		Render: func(s string) pipeline.StoredResult {
+			return pipeline.StoredResult{Status: 200, Body: []byte(`"` + s + `"`)}
+		}})
+	return tt, res
+}
+
+func TestToolGates(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		desc  string
+		calls []string // tool names, same arguments each time
+		kinds []pipeline.ToolAnswerKind
+	}{
+		{desc: "L0 always executes", calls: []string{"read", "read"}, kinds: []pipeline.ToolAnswerKind{0, 0}},
+		{desc: "L1 repeat is replayed", calls: []string{"write", "write"}, kinds: []pipeline.ToolAnswerKind{0, pipeline.ToolReplayed}},
+		{desc: "L2 is held", calls: []string{"delete", "delete"}, kinds: []pipeline.ToolAnswerKind{pipeline.ToolPending, pipeline.ToolPending}},
+		{desc: "unknown tool gets the default (L1)", calls: []string{"chmod", "chmod"}, kinds: []pipeline.ToolAnswerKind{0, pipeline.ToolReplayed}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.desc, func(t *testing.T) {
+			t.Parallel()
+			p := toolPipeline(t, time.Now)
+			for i, name := range tc.calls {
+				tt, _ := runTool(p, "r-gates", name, `{"path":"a"}`, "ok")
+				var got pipeline.ToolAnswerKind
+				if tt.Answer != nil {
+					got = tt.Answer.Kind
+				}
+				if got != tc.kinds[i] {
+					t.Fatalf("call %d: answer %v, want %v", i, got, tc.kinds[i])
+				}
+			}
+		})
+	}
+}
+
+// A ticket nobody decides expires; the next identical call gets a new one.
+func TestToolApprovalExpires(t *testing.T) {
+	t.Parallel()
+	clock := time.Unix(1_800_000_000, 0)
+	p := toolPipeline(t, func() time.Time { return clock })
+	p.ToolRegistry().SetApprovalTTL(time.Minute)
+	tt, _ := runTool(p, "r-exp", "delete", `{"path":"a"}`, "")
+	first := tt.Answer.Approval.Ticket
+	clock = clock.Add(2 * time.Minute)
+	if _, err := p.Decide(first, "approve", "x"); err != pipeline.ErrTicketExpired {
+		t.Fatalf("decide expired: %v", err)
+	}
+	tt, _ = runTool(p, "r-exp", "delete", `{"path":"a"}`, "")
+	if tt.Answer == nil || tt.Answer.Kind != pipeline.ToolPending || tt.Answer.Approval.Ticket == first {
+		t.Fatalf("after expiry: %+v", tt.Answer)
+	}
+	if got := p.Approvals(pipeline.ApprovalFilter{Status: pipeline.ApprovalExpired}); len(got) != 1 || got[0].Ticket != first {
+		t.Fatalf("expired list: %+v", got)
+	}
+}
+
+func TestToolOutputCut(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		desc string
+		text string
+		cut  bool
+	}{
+		{desc: "short", text: "hello", cut: false},
+		{desc: "exactly the limit", text: strings.Repeat("a", pipeline.ToolInlineChars), cut: false},
+		{desc: "multi-byte under the limit in characters", text: strings.Repeat("é", pipeline.ToolInlineChars), cut: false},
+		{desc: "long", text: "H" + strings.Repeat("é", 10000) + "T", cut: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.desc, func(t *testing.T) {
+			t.Parallel()
+			p := toolPipeline(t, time.Now)
+			tt, res := runTool(p, "r-cut", "read", `{}`, tc.text)
+			if (res.Handle != "") != tc.cut {
+				t.Fatalf("handle %q, cut %v", res.Handle, tc.cut)
+			}
+			if !tc.cut {
+				return
+			}
+			body := string(res.Body)
+			if !strings.HasPrefix(body, `"H`) || !strings.Contains(body, "T\n[haltline") || !strings.Contains(body, "handle "+res.Handle) {
+				t.Fatalf("cut text: %.200q", body)
+			}
+			full, err := p.Blob(tt.RunID(), res.Handle)
+			if err != nil || full != tc.text {
+				t.Fatalf("blob: %v", err)
+			}
+		})
+	}
+}
+
+// A denied approval ends the run approval_denied.
+func TestToolApprovalDeniedEndsRun(t *testing.T) {
+	t.Parallel()
+	p := toolPipeline(t, time.Now)
+	tt, _ := runTool(p, "r-deny", "delete", `{"path":"a"}`, "")
+	if _, err := p.Decide(tt.Answer.Approval.Ticket, "deny", "ops"); err != nil {
+		t.Fatal(err)
+	}
+	rec, _, _ := p.Record("r-deny")
+	if rec.Status != runstate.Terminated || rec.Reason != runstate.ReasonApprovalDenied {
+		t.Fatalf("%s/%s", rec.Status, rec.Reason)
+	}
+	tt, _ = runTool(p, "r-deny", "read", `{}`, "")
+	if tt.Answer == nil || tt.Answer.Kind != pipeline.ToolRunEnded {
+		t.Fatalf("call after deny: %+v", tt.Answer)
+	}
+}
+
+// BenchmarkToolGatesL0 is the gate sequence of an L0 call without the
+// network: attribution by X-Run-Id, registry, policy, idempotency check,
+// forward bookkeeping, finish (cut check, loop guard, record).
+func BenchmarkToolGatesL0(b *testing.B) {
+	ctx := context.Background()
+	call := &pipeline.ToolCall{Server: "fs", Name: "read", Arguments: []byte(`{"path":"reports/q3.txt","limit":100}`), RunID: "r-bench"}
+	out := pipeline.ToolOutcome{Text: "quarterly numbers",
+		Render: func(s string) pipeline.StoredResult { return pipeline.StoredResult{Status: 200} }}
+	for _, bc := range []struct {
+		desc string
+		p    *pipeline.Pipeline
+	}{
+		{desc: "rego", p: toolPipeline(b, time.Now)},
+		// Without a policy engine: the gateway's own share of the gates.
+		{desc: "no-policy", p: pipeline.New(pipeline.Options{})},
+	} {
+		bc.p.ToolRegistry().Declare("fs", "read", "L0", 0)
+		b.Run(bc.desc, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				tt := bc.p.BeginTool(ctx, call)
+				if tt.Answer != nil {
+					b.Fatalf("refused: %s", tt.Answer.Message)
+				}
+				bc.p.FinishTool(ctx, tt, out)
+			}
+		})
+	}
+}
