@@ -1,0 +1,392 @@
+package extproc
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+
+	"github.com/haltline/haltline/config"
+	"github.com/haltline/haltline/pipeline"
+	"github.com/haltline/haltline/wire"
+	"github.com/haltline/haltline/wire/anthropic"
+	"github.com/haltline/haltline/wire/openai"
+)
+
+var (
+	codecChat      wire.Codec = openai.Chat{}
+	codecResponses wire.Codec = openai.Responses{}
+	codecMessages  wire.Codec = anthropic.Messages{}
+)
+
+// exchange is one HTTP request/response as Envoy reports it. Its methods run
+// on the stream's goroutine only, so the turn needs no lock.
+type exchange struct {
+	s   *Server
+	ctx context.Context // the stream's values, never its cancellation
+
+	// Request side.
+	hdr   headers
+	codec wire.Codec
+	prov  *config.Provider
+	model bool   // a governed model call (the rest passes unprocessed)
+	body  []byte // request body, accumulated if Envoy streams it
+	// reqHeld: request body pieces were held back (body not BUFFERED).
+	reqHeld bool
+	t       *pipeline.Turn
+	sent    time.Time // when the request was released to the upstream
+
+	// Response side.
+	status   int
+	streamed bool   // a 2xx text/event-stream relayed through the tap
+	held     bool   // response chunks were held back (body not BUFFERED)
+	resp     []byte // buffered response body
+	ended    bool   // the response's last byte went through
+	answered bool   // an ImmediateResponse ended the exchange
+}
+
+// handle answers one message from Envoy; done is true when the exchange is
+// over for the server (an ImmediateResponse was sent).
+func (x *exchange) handle(req *extprocv3.ProcessingRequest) (resp *extprocv3.ProcessingResponse, done bool) {
+	switch r := req.Request.(type) {
+	case *extprocv3.ProcessingRequest_RequestHeaders:
+		resp = x.requestHeaders(r.RequestHeaders)
+	case *extprocv3.ProcessingRequest_RequestBody:
+		resp = x.requestBody(r.RequestBody)
+	case *extprocv3.ProcessingRequest_ResponseHeaders:
+		resp = x.responseHeaders(r.ResponseHeaders, req.Attributes)
+	case *extprocv3.ProcessingRequest_ResponseBody:
+		resp = x.responseBody(r.ResponseBody)
+	case *extprocv3.ProcessingRequest_RequestTrailers:
+		resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{
+			RequestTrailers: &extprocv3.TrailersResponse{}}}
+	case *extprocv3.ProcessingRequest_ResponseTrailers:
+		resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{
+			ResponseTrailers: &extprocv3.TrailersResponse{}}}
+	}
+	return resp, x.answered
+}
+
+// requestHeaders routes the call. A model call waits for its body (Envoy
+// holds the headers while it buffers the body, so the header mutations are
+// sent with the body's answer); anything else is released at once.
+func (x *exchange) requestHeaders(h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
+	x.hdr = readHeaders(h.GetHeaders())
+	path := x.hdr.path()
+	post := x.hdr.get(":method") == "POST"
+	anthropicCaller := x.hdr.get("anthropic-version") != ""
+	switch {
+	case post && path == "/v1/chat/completions":
+		x.codec, x.prov = codecChat, &x.s.o.OpenAI
+	case post && path == "/v1/responses":
+		x.codec, x.prov = codecResponses, &x.s.o.OpenAI
+	case post && path == "/v1/messages":
+		x.codec, x.prov = codecMessages, &x.s.o.Anthropic
+	case strings.HasPrefix(path, "/v1/"):
+		return x.passThrough(anthropicCaller)
+	default:
+		// Routing is Envoy's: a path the gateway does not govern is not ours
+		// to refuse.
+		return headersResponse(false, nil, skipRest())
+	}
+	x.model = true
+	if _, ok := x.credential(); !ok {
+		return x.immediate(&pipeline.Answer{Status: 401, ContentType: "application/json",
+			Body: x.codec.ErrorBody(wire.ErrAuthentication, "unknown API key", nil)}, false)
+	}
+	if h.GetEndOfStream() {
+		return x.begin(true)
+	}
+	return headersResponse(false, nil, modelMode())
+}
+
+// passThrough lets any other /v1/* request through with the credential
+// checked and swapped, unmetered, as the proxy's pass-through does.
+func (x *exchange) passThrough(anthropicCaller bool) *extprocv3.ProcessingResponse {
+	codec, prov := codecChat, &x.s.o.OpenAI
+	if anthropicCaller {
+		codec, prov = codecMessages, &x.s.o.Anthropic
+	}
+	if _, ok := x.credential(); !ok {
+		return x.immediate(&pipeline.Answer{Status: 401, ContentType: "application/json",
+			Body: codec.ErrorBody(wire.ErrAuthentication, "unknown API key", nil)}, false)
+	}
+	m := &mutation{}
+	x.swapKey(m, prov)
+	return headersResponse(false, m.build(), skipRest())
+}
+
+func (x *exchange) credential() (pipeline.Principal, bool) {
+	return x.s.o.Credentials.Resolve(pipeline.AgentKey(x.hdr.get("authorization"), x.hdr.get("x-api-key")))
+}
+
+// requestBody collects the body; at its end the call is begun.
+func (x *exchange) requestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
+	if !x.model {
+		return bodyResponse(false, nil, nil)
+	}
+	x.body = append(x.body, b.GetBody()...)
+	if !b.GetEndOfStream() {
+		// Envoy streams the body although BUFFERED is required: hold each
+		// piece back and send the whole (rewritten) body with the last.
+		x.reqHeld = true
+		return bodyResponse(false, nil, clearBody())
+	}
+	return x.begin(false)
+}
+
+// begin runs pipeline.Begin and either answers or forwards.
+func (x *exchange) begin(headersOnly bool) *extprocv3.ProcessingResponse {
+	if lim := x.s.o.Limits.MaxBodyBytes; lim > 0 && int64(len(x.body)) > lim {
+		return x.immediate(&pipeline.Answer{Status: 413, ContentType: "application/json",
+			Body: x.codec.ErrorBody(wire.ErrTooLarge, "request body exceeds the gateway's limit", nil)}, false)
+	}
+	principal, _ := x.credential()
+	call := &pipeline.Call{
+		API:         x.codec.API(),
+		Body:        x.body,
+		RunID:       x.hdr.get("x-run-id"),
+		SessionID:   x.hdr.get("x-session-id"),
+		AgentID:     x.hdr.get("x-agent-id"),
+		ParentRunID: x.hdr.get("x-parent-run-id"),
+		TaskType:    x.hdr.get("x-task-type"),
+		RunBudget:   x.hdr.get("x-run-budget"),
+		Principal:   principal,
+	}
+	x.t = x.s.p.Begin(x.ctx, call, x.codec)
+	if x.t.Answer != nil {
+		x.s.p.Finish(x.ctx, x.t, pipeline.Outcome{})
+		return x.immediate(x.t.Answer, true)
+	}
+
+	m := &mutation{}
+	for name := range x.hdr {
+		// Run headers are the gateway's, never the provider's.
+		if strings.HasPrefix(name, "x-run-") || name == "x-session-id" || name == "x-agent-id" ||
+			name == "x-parent-run-id" || name == "x-task-type" {
+			m.remove(name)
+		}
+	}
+	// The tap reads the response as text: ask the upstream for no encoding,
+	// as the proxy does.
+	if x.hdr.get("accept-encoding") != "" {
+		m.remove("accept-encoding")
+	}
+	x.swapKey(m, x.prov)
+	// The router honours this header for the upstream call, stream
+	// included: the per-call bound min(configured, remaining − reserve).
+	if x.t.Timeout > 0 {
+		m.set(headerUpstreamTimeout, strconv.FormatInt(max(x.t.Timeout.Milliseconds(), 1), 10))
+	}
+	var body *extprocv3.BodyMutation
+	changed := !bytes.Equal(x.t.UpstreamBody, x.body)
+	if changed || x.reqHeld {
+		body = replaceBody(x.t.UpstreamBody)
+		m.set("content-length", strconv.Itoa(len(x.t.UpstreamBody)))
+	}
+	x.sent = time.Now()
+	if headersOnly {
+		// No body message will come: nothing to mutate but headers.
+		return headersResponse(false, m.build(), modelMode())
+	}
+	return bodyResponse(false, m.build(), body)
+}
+
+// swapKey replaces the agent's credential with the gateway-held provider
+// key, when there is one.
+func (x *exchange) swapKey(m *mutation, prov *config.Provider) {
+	if prov.APIKey == "" {
+		return
+	}
+	m.remove("authorization")
+	m.remove("x-api-key")
+	if prov == &x.s.o.Anthropic {
+		m.set("x-api-key", prov.APIKey)
+		if x.hdr.get("anthropic-version") == "" {
+			m.set("anthropic-version", "2023-06-01")
+		}
+		return
+	}
+	m.set("authorization", "Bearer "+prov.APIKey)
+}
+
+// responseHeaders decides how the response is relayed: a 2xx event stream
+// chunk by chunk through the tap, anything else buffered so that Finish can
+// replace it.
+func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders, attrs attributes) *extprocv3.ProcessingResponse {
+	if !x.model || x.t == nil || x.ended {
+		return headersResponse(true, nil, nil)
+	}
+	rh := readHeaders(h.GetHeaders())
+	x.status, _ = strconv.Atoi(rh.get(":status"))
+	if err := localFailure(attrs); err != nil {
+		// Envoy's own reply for an upstream it could not reach: the proxy
+		// sees a transport error here, so report the same.
+		x.ended = true
+		a := x.s.p.Finish(x.ctx, x.t, pipeline.Outcome{Err: err, UpstreamWait: time.Since(x.sent)})
+		if a == nil {
+			a = &pipeline.Answer{Status: 502, ContentType: "application/json",
+				Body: x.codec.ErrorBody(wire.ErrBadGateway, "upstream failed", nil)}
+		}
+		return x.immediate(a, true)
+	}
+	x.streamed = x.status >= 200 && x.status <= 299 &&
+		strings.HasPrefix(rh.get("content-type"), "text/event-stream")
+	m := &mutation{}
+	x.runHeaders(m, rh)
+	if x.streamed {
+		// The tap may change the body's length (include_usage strip).
+		m.remove("content-length")
+	}
+	if h.GetEndOfStream() {
+		x.ended = true
+		out := pipeline.Outcome{Status: x.status, Streamed: x.streamed, UpstreamWait: time.Since(x.sent)}
+		if a := x.s.p.Finish(x.ctx, x.t, out); a != nil {
+			return x.immediate(a, true)
+		}
+		m = &mutation{}
+		x.runHeaders(m, rh)
+		return headersResponse(true, m.build(), nil)
+	}
+	mode := bufferedResponse()
+	if x.streamed {
+		mode = streamedResponse()
+	}
+	// The run headers go out now as well: with BUFFERED they are
+	// overwritten after Finish; were the override refused, the client still
+	// gets them.
+	return headersResponse(true, m.build(), mode)
+}
+
+// runHeaders sets the X-Run-* response headers as the run stands now and
+// drops any the upstream sent.
+func (x *exchange) runHeaders(m *mutation, upstream headers) {
+	set := map[string]bool{}
+	x.s.p.Headers(x.t, func(name, value string) {
+		m.set(name, value)
+		set[strings.ToLower(name)] = true
+	})
+	for name := range upstream {
+		if strings.HasPrefix(name, "x-run-") && !set[name] {
+			m.remove(name)
+		}
+	}
+}
+
+// responseBody relays a stream through the tap, or collects a buffered
+// body and lets Finish judge it.
+func (x *exchange) responseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
+	if !x.model || x.t == nil || x.ended {
+		return bodyResponse(true, nil, nil)
+	}
+	chunk := b.GetBody()
+	eos := b.GetEndOfStream()
+	if x.streamed {
+		out := x.t.Feed(chunk)
+		if eos {
+			out = append(append([]byte(nil), out...), x.t.End()...)
+			x.ended = true
+			x.s.p.Finish(x.ctx, x.t, pipeline.Outcome{Status: x.status, Streamed: true, UpstreamWait: time.Since(x.sent)})
+		}
+		if bytes.Equal(out, chunk) {
+			return bodyResponse(true, nil, nil)
+		}
+		return bodyResponse(true, nil, replaceBody(out))
+	}
+
+	x.resp = append(x.resp, chunk...)
+	if lim := x.s.o.Limits.MaxResponseBytes; lim > 0 && int64(len(x.resp)) > lim {
+		x.ended = true
+		a := x.s.p.Finish(x.ctx, x.t, pipeline.Outcome{Err: errResponseTooLarge, UpstreamWait: time.Since(x.sent)})
+		if a == nil {
+			a = &pipeline.Answer{Status: 502, ContentType: "application/json",
+				Body: x.codec.ErrorBody(wire.ErrBadGateway, "upstream failed", nil)}
+		}
+		return x.immediate(a, true)
+	}
+	if !eos {
+		// The BUFFERED override was refused: hold the pieces back and
+		// send the whole body with the last one.
+		x.held = true
+		return bodyResponse(true, nil, clearBody())
+	}
+	x.ended = true
+	out := pipeline.Outcome{Status: x.status, Body: x.resp, UpstreamWait: time.Since(x.sent)}
+	if a := x.s.p.Finish(x.ctx, x.t, out); a != nil {
+		return x.immediate(a, true)
+	}
+	m := &mutation{}
+	x.s.p.Headers(x.t, m.set)
+	var body *extprocv3.BodyMutation
+	if x.held {
+		body = replaceBody(x.resp)
+	}
+	return bodyResponse(true, m.build(), body)
+}
+
+var errResponseTooLarge = errors.New("upstream response exceeds the gateway's limit")
+
+// immediate ends the exchange with the gateway's own answer; run adds the
+// X-Run-* headers (every answer after Begin identified a run has them).
+func (x *exchange) immediate(a *pipeline.Answer, run bool) *extprocv3.ProcessingResponse {
+	x.answered = true
+	m := &mutation{}
+	m.set("content-type", a.ContentType)
+	if a.NoRetry {
+		m.set("x-should-retry", "false")
+	}
+	if run && x.t != nil {
+		x.s.p.Headers(x.t, m.set)
+	}
+	return immediateResponse(a, m.build())
+}
+
+// runDone is closed when the run is cancelled or ends while this call is
+// upstream; nil (never ready) otherwise.
+func (x *exchange) runDone() <-chan struct{} {
+	if x.t == nil || x.t.Ctx == nil || x.ended || x.answered {
+		return nil
+	}
+	return x.t.Ctx.Done()
+}
+
+// runEnded ends a call whose run was cancelled or ended while it was
+// upstream. Before the response started the client gets the run's end in
+// its provider's format; mid-stream Envoy resets the stream, which cuts the
+// upstream call as the proxy's cancellation does.
+func (x *exchange) runEnded() *extprocv3.ProcessingResponse {
+	x.ended = true
+	out := pipeline.Outcome{Err: context.Canceled, UpstreamWait: time.Since(x.sent)}
+	if x.streamed {
+		x.t.End()
+		out.Status, out.Streamed = x.status, true
+	}
+	a := x.s.p.Finish(x.ctx, x.t, out)
+	if a == nil {
+		a = &pipeline.Answer{Status: 502, ContentType: "application/json",
+			Body: x.codec.ErrorBody(wire.ErrBadGateway, "call cancelled", nil)}
+	}
+	return x.immediate(a, true)
+}
+
+// abort settles a call whose stream broke off: Finish runs exactly once,
+// whatever happened.
+func (x *exchange) abort(err error) {
+	if x.t == nil || x.ended || x.answered {
+		return
+	}
+	x.ended = true
+	// Whatever Envoy reports (EOF, reset, cancel), for the call it means
+	// the client is gone: the proxy sees the same as a cancelled context.
+	x.s.log.Debug("ext_proc stream ended early", "run_id", x.t.RunID(), "err", err)
+	out := pipeline.Outcome{Err: context.Canceled, UpstreamWait: time.Since(x.sent)}
+	if x.streamed {
+		x.t.End()
+		out.Status, out.Streamed = x.status, true
+	}
+	x.s.p.Finish(x.ctx, x.t, out)
+}
