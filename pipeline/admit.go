@@ -50,7 +50,14 @@ func (p *Pipeline) Begin(ctx context.Context, call *Call, codec wire.Codec) *Tur
 		return t
 	}
 	p.beginLocked(ctx, t, r, created)
-	saved := p.persist(r)
+	var saved <-chan error
+	if created || t.Answer != nil || r.State.Final() || p.shared() {
+		saved = p.persist(r)
+	} else {
+		// A forwarded call changed little that must survive a crash before
+		// its Finish: its reservation. The run itself is written at Finish.
+		saved = p.persistPending(r)
+	}
 	r.Mu.Unlock()
 	if p.shared() {
 		p.wait(saved, r.ID) // the next replica to take the lock must see this

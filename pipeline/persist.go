@@ -85,6 +85,17 @@ func (p *Pipeline) persist(r *runstate.Run) <-chan error {
 	return st.Apply(ops)
 }
 
+// persistPending writes only the queued ops (reservations, lineage keys).
+func (p *Pipeline) persistPending(r *runstate.Run) <-chan error {
+	g := govOf(r)
+	if p.opts.Store == nil || g == nil || len(g.pending) == 0 {
+		return nil
+	}
+	ops := append([]store.Op(nil), g.pending...)
+	g.pending = g.pending[:0]
+	return p.opts.Store.Apply(ops)
+}
+
 // queue adds a write to the run's next persist.
 func (g *governance) queue(op store.Op) { g.pending = append(g.pending, op) }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/haltline/haltline/pipeline"
 	"github.com/haltline/haltline/policy"
 	"github.com/haltline/haltline/runstate"
+	"github.com/haltline/haltline/store"
 	"github.com/haltline/haltline/wire/openai"
 )
 
@@ -111,4 +112,31 @@ func BenchmarkAdmitSettle(b *testing.B) {
 		p.Finish(ctx, t, pipeline.Outcome{Status: 200, Body: resp})
 	}
 	_ = accounting.Money(0)
+}
+
+// BenchmarkModelCallPersisted is BenchmarkModelCall with the embedded store:
+// every transition written to a bbolt file (group commit, fsync).
+func BenchmarkModelCallPersisted(b *testing.B) {
+	st, err := store.OpenBolt(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	pol, err := policy.New(context.Background(), policy.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := pipeline.New(pipeline.Options{Policy: pol, Store: st})
+	body := chatBody(2 << 10)
+	resp := []byte(finalResponse)
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			i++
+			t := p.Begin(ctx, &pipeline.Call{Body: body, RunID: fmt.Sprintf("r-%d-%p", i%64, pb)}, openai.Chat{})
+			p.Finish(ctx, t, pipeline.Outcome{Status: 200, Body: resp})
+		}
+	})
 }

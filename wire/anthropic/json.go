@@ -6,6 +6,8 @@ import (
 	"unicode/utf16"
 	"unicode/utf8"
 	"unsafe"
+
+	"github.com/haltline/haltline/wire/jsonscan"
 )
 
 // view returns b as a string without copying, for gjson to read. The string
@@ -248,26 +250,7 @@ func skipWS(s string, i int) int {
 
 // skipString returns the index after the string literal starting at s[i]
 // (a quote), or -1.
-func skipString(s string, i int) int {
-	for j := i + 1; j < len(s); {
-		k := strings.IndexByte(s[j:], '"')
-		if k < 0 {
-			return -1
-		}
-		j += k
-		// The quote ends the string unless an odd run of backslashes
-		// escapes it.
-		n := 0
-		for p := j - 1; p > i && s[p] == '\\'; p-- {
-			n++
-		}
-		if n%2 == 0 {
-			return j + 1
-		}
-		j++
-	}
-	return -1
-}
+func skipString(s string, i int) int { return jsonscan.SkipString(s, i) }
 
 // skipValue returns the index after the JSON value starting at s[i], or -1.
 func skipValue(s string, i int) int {

@@ -7,6 +7,8 @@ import (
 	"unsafe"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/haltline/haltline/wire/jsonscan"
 )
 
 // view returns b as a string without copying, so gjson and the scanner below
@@ -44,17 +46,7 @@ func skipWS(s string, i int) int {
 
 // skipString returns the index past the string starting with the quote at
 // s[i], or -1.
-func skipString(s string, i int) int {
-	for j := i + 1; j < len(s); j++ {
-		switch s[j] {
-		case '\\':
-			j++
-		case '"':
-			return j + 1
-		}
-	}
-	return -1
-}
+func skipString(s string, i int) int { return jsonscan.SkipString(s, i) }
 
 // skipValue returns the index past the value starting at s[i], or -1.
 func skipValue(s string, i int) int {
