@@ -173,10 +173,10 @@ type toolLoop struct {
 	// finalAtCall, when set, makes the n-th call final whatever the history
 	// holds (the gateway may have compressed it).
 	finalAtCall int
-	in, out    int64
-	latency    time.Duration
-	mu         sync.Mutex
-	calls      int
+	in, out     int64
+	latency     time.Duration
+	mu          sync.Mutex
+	calls       int
 }
 
 func (m *toolLoop) count() int { m.mu.Lock(); defer m.mu.Unlock(); return m.calls }
@@ -283,6 +283,13 @@ func anthropicAnswer(w http.ResponseWriter, stream bool, n int, final bool, text
 // finish reason and text.
 func openaiAgent(t *testing.T, client openai.Client, stream bool, maxSteps int, opts ...option.RequestOption) (runID string, steps int, finish, text string) {
 	t.Helper()
+	return openaiAgentWith(t, client, stream, maxSteps, func(args string) string { return "page text " + args }, opts...)
+}
+
+// openaiAgentWith is openaiAgent with the agent's own tool: result maps the
+// call's arguments to its answer.
+func openaiAgentWith(t *testing.T, client openai.Client, stream bool, maxSteps int, result func(args string) string, opts ...option.RequestOption) (runID string, steps int, finish, text string) {
+	t.Helper()
 	ctx := context.Background()
 	msgs := []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Read the report page by page.")}
 	tools := []openai.ChatCompletionToolUnionParam{openai.ChatCompletionFunctionTool(openai.FunctionDefinitionParam{
@@ -316,7 +323,7 @@ func openaiAgent(t *testing.T, client openai.Client, stream bool, maxSteps int, 
 		}
 		msgs = append(msgs, msg.ToParam())
 		for _, tc := range msg.ToolCalls {
-			msgs = append(msgs, openai.ToolMessage("page text "+tc.Function.Arguments, tc.ID))
+			msgs = append(msgs, openai.ToolMessage(result(tc.Function.Arguments), tc.ID))
 		}
 	}
 	return runID, steps, finish, ""
@@ -324,6 +331,12 @@ func openaiAgent(t *testing.T, client openai.Client, stream bool, maxSteps int, 
 
 // anthropicAgent is openaiAgent with anthropic-sdk-go.
 func anthropicAgent(t *testing.T, client anthropic.Client, stream bool, maxSteps int, opts ...aoption.RequestOption) (runID string, steps int, stop, text string) {
+	t.Helper()
+	return anthropicAgentWith(t, client, stream, maxSteps, func(args string) string { return "page text " + args }, opts...)
+}
+
+// anthropicAgentWith is anthropicAgent with the agent's own tool.
+func anthropicAgentWith(t *testing.T, client anthropic.Client, stream bool, maxSteps int, result func(args string) string, opts ...aoption.RequestOption) (runID string, steps int, stop, text string) {
 	t.Helper()
 	ctx := context.Background()
 	msgs := []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("Read the report page by page."))}
@@ -364,7 +377,7 @@ func anthropicAgent(t *testing.T, client anthropic.Client, stream bool, maxSteps
 		var results []anthropic.ContentBlockParamUnion
 		for _, c := range msg.Content {
 			if c.Type == "tool_use" {
-				results = append(results, anthropic.NewToolResultBlock(c.ID, "page text "+string(c.Input), false))
+				results = append(results, anthropic.NewToolResultBlock(c.ID, result(string(c.Input)), false))
 			}
 		}
 		msgs = append(msgs, anthropic.NewUserMessage(results...))

@@ -75,6 +75,7 @@ func (p *Pipeline) persist(r *runstate.Run) <-chan error {
 			}
 		}
 		g.savedSeq = blob.Run.LastEventSeq
+		ops = p.recordingOps(r, g, now, ops)
 	}
 	v, err := json.Marshal(blob)
 	if err != nil {
@@ -88,6 +89,7 @@ func (p *Pipeline) persist(r *runstate.Run) <-chan error {
 // persistPending writes only the queued ops (reservations, lineage keys).
 func (p *Pipeline) persistPending(r *runstate.Run) <-chan error {
 	g := govOf(r)
+	p.reportTransitions(r, g)
 	if p.opts.Store == nil || g == nil || len(g.pending) == 0 {
 		return nil
 	}

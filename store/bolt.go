@@ -37,7 +37,13 @@ func OpenBolt(dir string) (*Bolt, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	db, err := bolt.Open(filepath.Join(dir, "haltline.db"), 0o600, &bolt.Options{Timeout: 2 * time.Second})
+	db, err := bolt.Open(filepath.Join(dir, "haltline.db"), 0o600, &bolt.Options{
+		Timeout: 2 * time.Second,
+		// The freelist is rebuilt on open instead of written at every
+		// commit, and kept as a hashmap: commits are on the call path.
+		NoFreelistSync: true,
+		FreelistType:   bolt.FreelistMapType,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
