@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -47,9 +48,14 @@ func Handler(o Options) http.Handler {
 	mux.Handle("GET /api/v1/runs/{id}/events", a.auth(a.events))
 	mux.Handle("POST /api/v1/runs/{id}/cancel", a.auth(a.cancel))
 	mux.Handle("POST /api/v1/runs/{id}/resume", a.auth(a.resume))
-	a.toolRoutes(mux) // approvals and blobs (approvals.go)
+	a.toolRoutes(mux)      // approvals and blobs (approvals.go)
+	a.recordingRoutes(mux) // recording export and replay (recordings.go)
 	mux.Handle("GET /ui/", uiHandler())
 	mux.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
+	// Profiles for the SRE (behind the token like the API).
+	mux.HandleFunc("/debug/pprof/", a.auth(pprof.Index))
+	mux.HandleFunc("/debug/pprof/profile", a.auth(pprof.Profile))
+	mux.HandleFunc("/debug/pprof/trace", a.auth(pprof.Trace))
 	mux.HandleFunc("/api/", a.auth(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, 404, "no such route")
 	}))

@@ -12,25 +12,27 @@ import (
 
 // Each question follows the same steps: take the current set once (so one
 // answer never mixes two versions), use its constant answer when the
-// package cannot depend on input, else evaluate and decode; log the
+// package cannot depend on input, else its cached answer for the same
+// values at the input paths the package reads, else evaluate, decode and
+// cache; copy what the caller could mutate of a shared answer; log the
 // decision; an error is returned, never an allow.
 
 // Budget returns the budget vector and soft lines of a run; asked once when
 // the run starts. X-Run-Budget tightening is the caller's.
 func (e *Engine) Budget(ctx context.Context, in RunInput) (Limits, error) {
 	s, start := e.begin()
-	l, constant, err := answer(ctx, s, qBudget, func() (Limits, error) {
+	l, o, err := ask(ctx, s, qBudget, &in, nil, nil, func() (Limits, error) {
 		v, err := s.evalFresh(ctx, qBudget, runValue(in, s))
 		if err != nil {
 			return Limits{}, err
 		}
 		return decodeBudget(v)
 	})
-	if err == nil && constant && l.ToolQuotas != nil {
+	if err == nil && o.shared() && l.ToolQuotas != nil {
 		l.ToolQuotas = cloneMap(l.ToolQuotas)
 	}
 	if e.opts.DecisionLog != nil {
-		e.logDecision(s, start, qBudget, in, "", "", constant, err, func() string {
+		e.logDecisionFrom(s, start, qBudget, in, "", "", o, err, func() string {
 			return fmt.Sprintf("max_steps=%d deadline_ms=%d max_tokens=%d max_cost_usd=%g", l.MaxSteps, l.DeadlineMs, l.MaxTokens, l.MaxCostUSD)
 		})
 	}
@@ -41,18 +43,18 @@ func (e *Engine) Budget(ctx context.Context, in RunInput) (Limits, error) {
 // before every model call.
 func (e *Engine) Model(ctx context.Context, in ModelInput) (ModelDecision, error) {
 	s, start := e.begin()
-	d, constant, err := answer(ctx, s, qModel, func() (ModelDecision, error) {
+	d, o, err := ask(ctx, s, qModel, &in.RunInput, &in.Model, nil, func() (ModelDecision, error) {
 		v, err := s.evalFresh(ctx, qModel, modelValue(in, s))
 		if err != nil {
 			return ModelDecision{}, err
 		}
 		return decodeModel(v)
 	})
-	if err == nil && constant {
+	if err == nil && o.shared() {
 		d.Deny, d.Allowed = slices.Clone(d.Deny), slices.Clone(d.Allowed)
 	}
 	if e.opts.DecisionLog != nil {
-		e.logDecision(s, start, qModel, in.RunInput, in.Model.Name, "", constant, err, func() string {
+		e.logDecisionFrom(s, start, qModel, in.RunInput, in.Model.Name, "", o, err, func() string {
 			if len(d.Deny) > 0 {
 				return "deny: " + strings.Join(d.Deny, "; ")
 			}
@@ -66,7 +68,7 @@ func (e *Engine) Model(ctx context.Context, in ModelInput) (ModelDecision, error
 // before every tool call.
 func (e *Engine) Tool(ctx context.Context, in ToolInput) (ToolDecision, error) {
 	s, start := e.begin()
-	d, constant, err := answer(ctx, s, qTool, func() (ToolDecision, error) {
+	d, o, err := ask(ctx, s, qTool, &in.RunInput, nil, &in.Tool, func() (ToolDecision, error) {
 		v, err := s.evalFresh(ctx, qTool, toolValue(in, s))
 		if err != nil {
 			return ToolDecision{}, err
@@ -78,7 +80,7 @@ func (e *Engine) Tool(ctx context.Context, in ToolInput) (ToolDecision, error) {
 		if in.Tool.Server != "" {
 			subject = in.Tool.Server + "/" + in.Tool.Name
 		}
-		e.logDecision(s, start, qTool, in.RunInput, subject, argsFingerprint(in.Tool), constant, err, func() string {
+		e.logDecisionFrom(s, start, qTool, in.RunInput, subject, argsFingerprint(in.Tool), o, err, func() string {
 			verdict := "deny"
 			if d.Allow {
 				verdict = "allow"
@@ -93,18 +95,18 @@ func (e *Engine) Tool(ctx context.Context, in ToolInput) (ToolDecision, error) {
 // when the run starts.
 func (e *Engine) Loop(ctx context.Context, in RunInput) (LoopThresholds, error) {
 	s, start := e.begin()
-	t, constant, err := answer(ctx, s, qLoop, func() (LoopThresholds, error) {
+	t, o, err := ask(ctx, s, qLoop, &in, nil, nil, func() (LoopThresholds, error) {
 		v, err := s.evalFresh(ctx, qLoop, runValue(in, s))
 		if err != nil {
 			return LoopThresholds{}, err
 		}
 		return decodeLoop(v)
 	})
-	if err == nil && constant {
+	if err == nil && o.shared() {
 		t.VolatileKeys = slices.Clone(t.VolatileKeys)
 	}
 	if e.opts.DecisionLog != nil {
-		e.logDecision(s, start, qLoop, in, "", "", constant, err, func() string {
+		e.logDecisionFrom(s, start, qLoop, in, "", "", o, err, func() string {
 			return fmt.Sprintf("same_in_row=%d window=%d/%d cycle=%d stall=%d", t.SameInRow, t.Window, t.WindowRepeats, t.MaxCyclePeriod, t.StallSteps)
 		})
 	}
@@ -115,18 +117,18 @@ func (e *Engine) Loop(ctx context.Context, in RunInput) (LoopThresholds, error) 
 // observe (shadow); asked when a run must end.
 func (e *Engine) Termination(ctx context.Context, in RunInput) (TerminationAnswer, error) {
 	s, start := e.begin()
-	a, constant, err := answer(ctx, s, qTermination, func() (TerminationAnswer, error) {
+	a, o, err := ask(ctx, s, qTermination, &in, nil, nil, func() (TerminationAnswer, error) {
 		v, err := s.evalFresh(ctx, qTermination, runValue(in, s))
 		if err != nil {
 			return TerminationAnswer{}, err
 		}
 		return decodeTermination(v)
 	})
-	if err == nil && constant && a.Enforcement != nil {
+	if err == nil && o.shared() && a.Enforcement != nil {
 		a.Enforcement = cloneMap(a.Enforcement)
 	}
 	if e.opts.DecisionLog != nil {
-		e.logDecision(s, start, qTermination, in, "", "", constant, err, func() string {
+		e.logDecisionFrom(s, start, qTermination, in, "", "", o, err, func() string {
 			return fmt.Sprintf("mode=%s enforcement=%v", a.Mode, a.Enforcement)
 		})
 	}
@@ -141,27 +143,80 @@ func (e *Engine) begin() (*set, time.Time) {
 	return s, time.Now()
 }
 
-// answer returns the constant answer when there is one, else evaluates.
-// A failed evaluation yields the zero value (Allow false) and the error.
+// origin says where an answer came from.
+type origin uint8
+
+const (
+	evaluated origin = iota // evaluated for this call, not kept
+	stored                  // evaluated and now also held by the cache
+	constant                // the folded answer of an input-independent package
+	cached                  // from the cache
+)
+
+// shared reports whether the answer's maps and slices are also held by the
+// set, so the caller must get copies.
+func (o origin) shared() bool { return o != evaluated }
+
+// answer returns the constant answer when there is one, else evaluates;
+// it never caches, having no input to key on. A failed evaluation yields
+// the zero value (Allow false) and the error.
 func answer[T any](ctx context.Context, s *set, id questionID, eval func() (T, error)) (T, bool, error) {
-	if q := s.questions[id]; q.constant {
+	a, o, err := ask(ctx, s, id, nil, nil, nil, eval)
+	return a, o == constant, err
+}
+
+// ask returns the constant answer when there is one, else a cached one for
+// the same values at the input paths the package reads, else evaluates and
+// caches the result. in, m and t are the question's input (m and t nil when
+// it has no model or tool; in nil skips the cache). A failed evaluation
+// yields the zero value (Allow false) and the error, and is never cached.
+func ask[T any](ctx context.Context, s *set, id questionID, in *RunInput, m *ModelInfo, t *ToolInfo, eval func() (T, error)) (T, origin, error) {
+	q := s.questions[id]
+	if q.constant {
 		if a, ok := q.answer.(T); ok {
-			return a, true, nil
+			return a, constant, nil
 		}
+	}
+	mc := q.memo
+	var buf [128]byte
+	var key []byte
+	if mc != nil && in != nil {
+		key = appendKey(buf[:0], q.key, s, in, m, t)
+		if len(key) > maxKeyLen {
+			mc = nil
+		} else if v, ok := mc.get(key); ok {
+			if a, ok := v.(T); ok {
+				return a, cached, nil
+			}
+		}
+	} else {
+		mc = nil
 	}
 	if err := ctx.Err(); err != nil {
 		var zero T
-		return zero, false, err
+		return zero, evaluated, err
 	}
 	a, err := eval()
 	if err != nil {
 		var zero T
-		return zero, false, err
+		return zero, evaluated, err
 	}
-	return a, false, nil
+	if mc != nil {
+		mc.put(key, a)
+		return a, stored, nil
+	}
+	return a, evaluated, nil
 }
 
-func (e *Engine) logDecision(s *set, start time.Time, id questionID, in RunInput, subject, fp string, constant bool, err error, summary func() string) {
+func (e *Engine) logDecision(s *set, start time.Time, id questionID, in RunInput, subject, fp string, isConstant bool, err error, summary func() string) {
+	o := evaluated
+	if isConstant {
+		o = constant
+	}
+	e.logDecisionFrom(s, start, id, in, subject, fp, o, err, summary)
+}
+
+func (e *Engine) logDecisionFrom(s *set, start time.Time, id questionID, in RunInput, subject, fp string, o origin, err error, summary func() string) {
 	d := Decision{
 		Package:     packages[id],
 		RunID:       in.Run.ID,
@@ -170,7 +225,8 @@ func (e *Engine) logDecision(s *set, start time.Time, id questionID, in RunInput
 		Subject:     subject,
 		Fingerprint: fp,
 		Err:         err,
-		Constant:    constant,
+		Constant:    o == constant,
+		Cached:      o == cached,
 		Duration:    time.Since(start),
 		Version:     s.version,
 	}

@@ -20,6 +20,7 @@ const (
 	qTool
 	qLoop
 	qTermination
+	qRecording // recording.go
 	numQuestions
 )
 
@@ -29,6 +30,7 @@ var packages = [numQuestions]string{
 	qTool:        "haltline.tool",
 	qLoop:        "haltline.loop",
 	qTermination: "haltline.termination",
+	qRecording:   "haltline.recording",
 }
 
 // question is one prepared query over the answer keys of a package.
@@ -43,6 +45,10 @@ type question struct {
 	constantValue ast.Value
 	// answer is constantValue decoded into the question's Go type.
 	answer any
+	// memo caches decoded answers keyed by the input values key names;
+	// nil when what the package reads cannot be bounded (see inputReads).
+	memo *memo
+	key  []keyOp
 }
 
 // set is one immutable compiled policy set; a reload builds a new one and
@@ -77,6 +83,7 @@ func newSet(ctx context.Context, srcs []source, data map[string]any, c *ast.Comp
 		}
 	}
 	s.needsArgs, s.needsHeaders = inputNeeds(c)
+	nondet := nondeterministic(capabilities())
 
 	txn, err := store.NewTransaction(ctx, storage.TransactionParams{})
 	if err != nil {
@@ -98,6 +105,10 @@ func newSet(ctx context.Context, srcs []source, data map[string]any, c *ast.Comp
 		q.pq = pq
 		s.questions[id] = q
 		findConstant(ctx, q, c, store, txn)
+		if paths, ok := inputReads(c, pkg, nondet); ok {
+			q.key = keyPlan(q.id, paths)
+			q.memo = newMemo()
+		}
 	}
 
 	teams, err := teamWindows(data)
@@ -134,6 +145,7 @@ var answerKeys = [numQuestions][]string{
 	qTool:        {"decision"},
 	qLoop:        {"same_in_row", "window", "window_repeats", "max_cycle_period", "stall_steps", "volatile_keys"},
 	qTermination: {"mode", "enforcement"},
+	qRecording:   recordingKeys,
 }
 
 // findConstant partially evaluates each answer key with the whole input

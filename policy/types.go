@@ -240,6 +240,10 @@ type Decision struct {
 	// Constant is true when the answer was known without evaluating,
 	// because the loaded package gives the same answer for any input.
 	Constant bool
+	// Cached is true when the answer came from the set's cache: the same
+	// package already answered the same values at every input path it
+	// reads.
+	Cached   bool
 	Duration time.Duration
 	// Version is the policy set version that answered.
 	Version uint64
