@@ -24,6 +24,9 @@ Usage:
                 [--anthropic-base-url URL] [--policy-dir DIR] [--prices FILE] [--data-dir DIR] [--redis-url URL]
   gateway demo                   scripted agents against a built-in model, no key, no network
   gateway runs list|show|events|cancel|resume [--admin URL] [--json] …
+  gateway runs export [--admin URL] [--since DUR] [--out FILE]   recorded runs as JSON Lines
+  gateway replay --policy-dir DIR [--prices FILE] [--json] RECORDINGS…
+                                 where recorded runs would end under DIR's policy (no network)
   gateway policy test [DIR]      run the Rego unit tests (embedded defaults, and DIR's)
 `
 
@@ -40,6 +43,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 		return Demo(ctx, stdout)
 	case "runs":
 		return runsCommand(ctx, args[1:], stdout, getenv)
+	case "replay":
+		return replayCommand(ctx, args[1:], stdout, stderr)
 	case "policy":
 		if len(args) < 2 || args[1] != "test" {
 			return errors.New("usage: gateway policy test [DIR]")

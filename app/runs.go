@@ -20,7 +20,7 @@ import (
 // control plane.
 func runsCommand(ctx context.Context, args []string, stdout io.Writer, getenv func(string) string) error {
 	if len(args) == 0 {
-		return errors.New("usage: gateway runs list|show|events|cancel|resume [--admin URL] [--json]")
+		return errors.New("usage: gateway runs list|show|events|cancel|resume|export [--admin URL] [--json]")
 	}
 	verb := args[0]
 	fs := flag.NewFlagSet("runs "+verb, flag.ContinueOnError)
@@ -33,6 +33,7 @@ func runsCommand(ctx context.Context, args []string, stdout io.Writer, getenv fu
 	limit := fs.Int("limit", 0, "list: at most this many runs, newest first")
 	addBudget := fs.String("add-budget", "", "resume: budget to add, X-Run-Budget keys")
 	token := fs.String("resume-token", "", "resume: the record's resume token")
+	out := fs.String("out", "", "export: write the recordings to this file (JSON Lines) instead of stdout")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -49,6 +50,8 @@ func runsCommand(ctx context.Context, args []string, stdout io.Writer, getenv fu
 		err  error
 	)
 	switch verb {
+	case "export": // recordings for replay (replay.go)
+		return exportRecordings(ctx, c, *since, *out, stdout)
 	case "list":
 		q := url.Values{}
 		for k, v := range map[string]string{"status": *status, "reason": *reason, "tenant": *tenant} {

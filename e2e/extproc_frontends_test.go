@@ -345,6 +345,91 @@ func feCases() []feCase {
 			f.record(runRecord(t, g.Gateway, "r-cancel-me"))
 			return f
 		}},
+		{desc: "client gone mid-stream: settled once, at the worst case", run: func(t *testing.T, fe string) facts {
+			release := make(chan struct{})
+			up := newUpstream(t, func(w http.ResponseWriter, r *http.Request, _ []byte) {
+				w.Header().Set("Content-Type", "text/event-stream")
+				w.WriteHeader(200)
+				_, _ = io.WriteString(w, `data: {"id":"chatcmpl-cut","object":"chat.completion.chunk","created":1,"model":"gpt-4o-mini","choices":[{"index":0,"delta":{"role":"assistant","content":"Hel"},"finish_reason":null}]}`+"\n\n")
+				w.(http.Flusher).Flush()
+				select {
+				case <-r.Context().Done():
+				case <-release:
+				}
+			})
+			defer close(release)
+			g := startFrontEnd(t, fe, up.URL)
+			req, _ := http.NewRequest(http.MethodPost, g.base+"/v1/chat/completions", bytes.NewReader(fixedRequestStream(50)))
+			req.Header.Set("Authorization", "Bearer sk-agent-test")
+			resp, err := g.client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			first := make([]byte, 64)
+			if _, err := io.ReadAtLeast(resp.Body, first, 10); err != nil {
+				t.Fatal(err)
+			}
+			runID := resp.Header.Get("X-Run-Id")
+			resp.Body.Close() // the agent goes away mid-answer
+			var f facts
+			rec := settledRecord(t, g.Gateway, runID)
+			f.record(rec)
+			if rec.ModelCalls != 1 || rec.Status == runstate.Deciding {
+				t.Fatalf("record %+v", rec)
+			}
+			return f
+		}},
+		{desc: "termination: operator cancel mid-stream cuts the stream", run: func(t *testing.T, fe string) facts {
+			upstreamGone := make(chan struct{})
+			up := newUpstream(t, func(w http.ResponseWriter, r *http.Request, _ []byte) {
+				w.Header().Set("Content-Type", "text/event-stream")
+				w.WriteHeader(200)
+				_, _ = io.WriteString(w, `data: {"id":"chatcmpl-cut","object":"chat.completion.chunk","created":1,"model":"gpt-4o-mini","choices":[{"index":0,"delta":{"role":"assistant","content":"Hel"},"finish_reason":null}]}`+"\n\n")
+				w.(http.Flusher).Flush()
+				select {
+				case <-r.Context().Done():
+					close(upstreamGone)
+				case <-time.After(10 * time.Second):
+				}
+			})
+			g := startFrontEnd(t, fe, up.URL)
+			req, _ := http.NewRequest(http.MethodPost, g.base+"/v1/chat/completions", bytes.NewReader(fixedRequestStream(50)))
+			req.Header.Set("Authorization", "Bearer sk-agent-test")
+			req.Header.Set("X-Run-Id", "r-cut-me")
+			resp, err := g.client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			first := make([]byte, 64)
+			if _, err := io.ReadAtLeast(resp.Body, first, 10); err != nil {
+				t.Fatal(err)
+			}
+			creq, _ := http.NewRequest(http.MethodPost, adminURL(g.Gateway)+"/api/v1/runs/r-cut-me/cancel", nil)
+			cresp, err := http.DefaultClient.Do(creq)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cresp.Body.Close()
+			// The client's stream ends (cleanly on the proxy, by a reset
+			// through Envoy: examples/envoy/README.md) and the upstream call
+			// is cut on both.
+			done := make(chan struct{})
+			go func() { _, _ = io.Copy(io.Discard, resp.Body); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(3 * time.Second):
+				t.Fatal("the stream outlived its cancelled run")
+			}
+			select {
+			case <-upstreamGone:
+			case <-time.After(3 * time.Second):
+				t.Fatal("the upstream call outlived its cancelled run")
+			}
+			var f facts
+			f.record(settledRecord(t, g.Gateway, "r-cut-me"))
+			return f
+		}},
 		{desc: "upstream unreachable: 502 in the provider's format", run: func(t *testing.T, fe string) facts {
 			g := startFrontEnd(t, fe, spClosedURL(t))
 			var f facts
@@ -370,6 +455,11 @@ func feCases() []feCase {
 			return f
 		}},
 	}
+}
+
+// fixedRequestStream is fixedRequest as a stream.
+func fixedRequestStream(maxOut int) []byte {
+	return fmt.Appendf(nil, `{"model":"gpt-4o-mini","stream":true,"max_completion_tokens":%d,"messages":[{"role":"user","content":"Summarise the report."}]}`, maxOut)
 }
 
 // slowChatStream answers a chat stream event by event with a pause between

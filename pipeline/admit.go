@@ -50,6 +50,7 @@ func (p *Pipeline) Begin(ctx context.Context, call *Call, codec wire.Codec) *Tur
 		return t
 	}
 	p.beginLocked(ctx, t, r, created)
+	p.recordBegin(t, r)
 	var saved <-chan error
 	if created || t.Answer != nil || r.State.Final() || p.shared() {
 		saved = p.persist(r)
@@ -107,7 +108,7 @@ func (p *Pipeline) observe(t *Turn, g *governance, now time.Time) {
 			continue // already observed, or not ours
 		}
 		delete(r.Outstanding, tr.CallID)
-		if v := g.guard.Observe(tr.CallID, g.canon.Observation(tr.Content)); v != nil {
+		if v := g.guard.Observe(tr.CallID, t.observation(g, tr)); v != nil {
 			p.loopVerdict(t, g, v, now)
 		}
 	}

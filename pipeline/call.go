@@ -117,6 +117,8 @@ type Turn struct {
 	finishReason string
 	toolCalls    int
 	trace        any
+	// rec is the call as recorded (record.go), nil unless the run is recorded.
+	rec *CallRecord
 }
 
 // Feed passes a piece of the upstream stream through the usage tap and

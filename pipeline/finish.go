@@ -46,6 +46,7 @@ func (p *Pipeline) Finish(ctx context.Context, t *Turn, out Outcome) *Answer {
 		p.log.Error("run refresh failed at settlement", "run_id", r.ID, "err", err)
 	}
 	answer := p.finishLocked(ctx, t, out, now)
+	p.recordFinish(t, out, now)
 	p.closeReservation(t, govOf(r))
 	saved := p.persist(r)
 	r.Mu.Unlock()
@@ -195,8 +196,8 @@ func (p *Pipeline) toolStep(t *Turn, g *governance, resp *wire.Response, out Out
 		r.Outstanding = map[string]runstate.OutstandingCall{}
 	}
 	calls := make([]loopguard.Call, 0, len(resp.ToolCalls))
-	for _, tc := range resp.ToolCalls {
-		fp := g.canon.Fingerprint(r.AgentID, tc.Name, tc.Arguments)
+	for i, tc := range resp.ToolCalls {
+		fp := t.toolFingerprint(g, r.AgentID, i, tc)
 		calls = append(calls, loopguard.Call{ID: tc.ID, Tool: tc.Name, FP: fp})
 		r.Outstanding[tc.ID] = runstate.OutstandingCall{Name: tc.Name, Fingerprint: fp.String()}
 		r.LastAction = &runstate.Action{Tool: tc.Name, ArgumentsHash: fp.String()}

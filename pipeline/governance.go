@@ -41,6 +41,8 @@ type governance struct {
 	// tools is the run's tool governance: approvals, idempotent results,
 	// blobs of cut output, per-tool uses (tool*.go); nil until a tool call.
 	tools *toolState
+	// rec is the run's recording for replay (record.go); nil when off.
+	rec *recorder
 }
 
 func govOf(r *runstate.Run) *governance {
@@ -139,6 +141,7 @@ func (p *Pipeline) govern(ctx context.Context, r *runstate.Run, call *Call) (*go
 	g.guard = newGuard(g)
 	r.MaxSteps = limits.MaxSteps
 	r.DeadlineMs = limits.DeadlineMs
+	p.startRecording(ctx, r, call, in, g)
 	return g, nil
 }
 

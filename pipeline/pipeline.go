@@ -155,6 +155,9 @@ type Pipeline struct {
 
 	deferMu  sync.Mutex
 	deferred []deferredSettle
+
+	// recs indexes the runs recorded for replay (record.go).
+	recs recordings
 }
 
 // New builds a pipeline.
@@ -219,6 +222,7 @@ func (p *Pipeline) RunSweeper(ctx context.Context, every time.Duration) {
 		case <-t.C:
 			p.retryDeferred(ctx)
 			p.SweepLeases()
+			p.SweepRecordings(false)
 		}
 	}
 }

@@ -24,6 +24,8 @@ func decodeAnswer(id questionID, v ast.Value) (any, error) {
 		return decodeLoop(v)
 	case qTermination:
 		return decodeTermination(v)
+	case qRecording:
+		return decodeRecording(v)
 	}
 	return nil, fmt.Errorf("policy: unknown question %d", id)
 }

@@ -15,10 +15,11 @@ const (
 	Idempotency  Bucket = "idempotency"  // run id \x00 call key → stored tool result
 	Approvals    Bucket = "approvals"    // ticket → approval (run id inside)
 	Blobs        Bucket = "blobs"        // handle → full text of a cut tool result (run id inside)
+	Recordings   Bucket = "recordings"   // run id → the run's recording for replay (pipeline/record.go)
 )
 
 // AllBuckets lists every bucket.
-var AllBuckets = []Bucket{Runs, Events, Lineage, Ledgers, Reservations, Idempotency, Approvals, Blobs}
+var AllBuckets = []Bucket{Runs, Events, Lineage, Ledgers, Reservations, Idempotency, Approvals, Blobs, Recordings}
 
 // Op is one write: a put, or a delete when Value is nil.
 type Op struct {

@@ -241,51 +241,11 @@ func rawMember(obj, key string) string {
 	return raw
 }
 
-func skipWS(s string, i int) int {
-	for i < len(s) && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r') {
-		i++
-	}
-	return i
-}
+func skipWS(s string, i int) int { return jsonscan.SkipWS(s, i) }
 
 // skipString returns the index after the string literal starting at s[i]
 // (a quote), or -1.
 func skipString(s string, i int) int { return jsonscan.SkipString(s, i) }
 
 // skipValue returns the index after the JSON value starting at s[i], or -1.
-func skipValue(s string, i int) int {
-	if i >= len(s) {
-		return -1
-	}
-	switch s[i] {
-	case '"':
-		return skipString(s, i)
-	case '{', '[':
-		depth := 0
-		for j := i; j < len(s); j++ {
-			switch s[j] {
-			case '"':
-				e := skipString(s, j)
-				if e < 0 {
-					return -1
-				}
-				j = e - 1
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return j + 1
-				}
-			}
-		}
-		return -1
-	}
-	for j := i; j < len(s); j++ {
-		switch s[j] {
-		case ',', '}', ']', ' ', '\t', '\n', '\r':
-			return j
-		}
-	}
-	return len(s)
-}
+func skipValue(s string, i int) int { return jsonscan.SkipValue(s, i) }

@@ -35,57 +35,16 @@ func parseObject(body []byte) (gjson.Result, bool) {
 // tool outputs would pay that on every chunk or message. The scanner never
 // panics on malformed input: it stops.
 
-func isWS(c byte) bool { return c == ' ' || c == '\n' || c == '\t' || c == '\r' }
+func isWS(c byte) bool { return jsonscan.IsWS(c) }
 
-func skipWS(s string, i int) int {
-	for i < len(s) && isWS(s[i]) {
-		i++
-	}
-	return i
-}
+func skipWS(s string, i int) int { return jsonscan.SkipWS(s, i) }
 
 // skipString returns the index past the string starting with the quote at
 // s[i], or -1.
 func skipString(s string, i int) int { return jsonscan.SkipString(s, i) }
 
 // skipValue returns the index past the value starting at s[i], or -1.
-func skipValue(s string, i int) int {
-	if i >= len(s) {
-		return -1
-	}
-	switch s[i] {
-	case '"':
-		return skipString(s, i)
-	case '{', '[':
-		depth := 0
-		for ; i < len(s); i++ {
-			switch s[i] {
-			case '"':
-				j := skipString(s, i)
-				if j < 0 {
-					return -1
-				}
-				i = j - 1
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return i + 1
-				}
-			}
-		}
-		return -1
-	}
-	j := i
-	for j < len(s) && !isWS(s[j]) && s[j] != ',' && s[j] != '}' && s[j] != ']' && s[j] != ':' {
-		j++
-	}
-	if j == i {
-		return -1
-	}
-	return j
-}
+func skipValue(s string, i int) int { return jsonscan.SkipValue(s, i) }
 
 // member is one key/value pair of an object: obj[start:end] is the whole
 // `"key": value`, obj[vstart:end] the value.
