@@ -100,6 +100,13 @@ func (b *MemBook) Put(l *Ledger) {
 	b.mu.Unlock()
 }
 
+// Drop forgets a ledger (a run that left memory; the store keeps it).
+func (b *MemBook) Drop(key string) {
+	b.mu.Lock()
+	delete(b.ledgers, key)
+	b.mu.Unlock()
+}
+
 // Adopt tracks a restored reservation under the lease sweeper.
 func (b *MemBook) Adopt(r *Reservation) { b.leases.Track(r) }
 

@@ -35,6 +35,9 @@ type governance struct {
 	reportedSeq int64
 	// version is the last persisted version of the run (runBlob.Version).
 	version int64
+	// keys are the lineage keys of the run held in memory, dropped with it
+	// when it leaves memory.
+	keys []string
 	// ctx is the context manager's state: the compressed prefix, pinned
 	// facts (persisted with the run).
 	ctx *contextmgr.State

@@ -251,6 +251,7 @@ func (p *Pipeline) Restore(ctx context.Context) (runs int, err error) {
 func (p *Pipeline) indexKey(g *governance, key, runID string) {
 	p.runs.Index(key, runID)
 	if g != nil && p.opts.Store != nil {
+		g.keys = append(g.keys, key)
 		g.queue(store.Op{Bucket: store.Lineage, Key: []byte(key), Value: []byte(runID)})
 	}
 }

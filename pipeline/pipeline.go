@@ -127,7 +127,10 @@ type Options struct {
 	// Context, when set, keeps forwarded requests under the watermark of
 	// the model's window (a template: its Blob is set per run).
 	Context *contextmgr.Rewriter
-	Logger  *slog.Logger
+	// EndedRetention is how long an ended run stays in memory when a store
+	// holds it (default 2 minutes); later calls load it back.
+	EndedRetention time.Duration
+	Logger         *slog.Logger
 	// UpstreamTimeout is the configured bound of one upstream call.
 	UpstreamTimeout time.Duration
 	// Lease is the reservation lease.
@@ -187,6 +190,9 @@ func New(o Options) *Pipeline {
 	if o.Lease <= 0 {
 		o.Lease = 15 * time.Minute
 	}
+	if o.EndedRetention <= 0 {
+		o.EndedRetention = 2 * time.Minute
+	}
 	return &Pipeline{
 		opts: o, book: o.Book, runs: o.Runs, pol: o.Policy, catalog: o.Catalog, obs: o.Observer,
 		log: o.Logger, now: o.Now,
@@ -220,6 +226,7 @@ func (p *Pipeline) RunSweeper(ctx context.Context, every time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			p.evictEnded(p.now())
 			p.retryDeferred(ctx)
 			p.SweepLeases()
 			p.SweepRecordings(false)

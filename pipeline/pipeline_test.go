@@ -140,3 +140,51 @@ func BenchmarkModelCallPersisted(b *testing.B) {
 		}
 	})
 }
+
+// An ended run leaves memory after the retention when a store holds it; its
+// record, its lineage (a new task in the same conversation) and its budget
+// come back from the store.
+func TestEndedRunsLeaveMemory(t *testing.T) {
+	t.Parallel()
+	st, err := store.OpenBolt(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	clock := time.Unix(1_800_000_000, 0)
+	now := func() time.Time { return clock }
+	pol, err := policy.New(context.Background(), policy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := pipeline.New(pipeline.Options{Policy: pol, Store: st, Now: now, EndedRetention: time.Minute})
+	ctx := context.Background()
+	first := []byte(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Do the task."}]}`)
+	turn := p.Begin(ctx, &pipeline.Call{Body: first, SessionID: "s-1", RunBudget: "max_steps=7"}, openai.Chat{})
+	if turn.Answer != nil {
+		t.Fatalf("refused: %s", turn.Answer.Body)
+	}
+	p.Finish(ctx, turn, pipeline.Outcome{Status: 200, Body: []byte(finalResponse)})
+	id := turn.RunID()
+	clock = clock.Add(2 * time.Minute)
+	if n := p.SweepEnded(); n != 1 || p.Runs().Get(id) != nil {
+		t.Fatalf("evicted %d; still in memory: %v", n, p.Runs().Get(id) != nil)
+	}
+	rec, ok, err := p.Record(id)
+	if err != nil || !ok || rec.AgentSteps != 1 || rec.MaxSteps != 7 || rec.Status != runstate.Completed {
+		t.Fatalf("record from the store: %+v %v %v", rec, ok, err)
+	}
+	recs, err := p.Records(runstate.Filter{})
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("records: %d %v", len(recs), err)
+	}
+	// The conversation goes on: the echoed final answer finds the session.
+	p.Runs().Remove(id, nil)
+	next := []byte(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Do the task."},{"role":"assistant","content":"Done."},{"role":"user","content":"And the next one."}]}`)
+	t2 := p.Begin(ctx, &pipeline.Call{Body: next}, openai.Chat{})
+	p.Finish(ctx, t2, pipeline.Outcome{Status: 200, Body: []byte(finalResponse)})
+	rec2, _, _ := p.Record(t2.RunID())
+	if t2.RunID() == id || rec2.SessionID != "s-1" {
+		t.Fatalf("new task: run %s session %q", t2.RunID(), rec2.SessionID)
+	}
+}

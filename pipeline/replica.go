@@ -77,7 +77,7 @@ func (p *Pipeline) governanceOf(b *runBlob) *governance {
 // getRun returns a run by id: from memory, or with a shared store from the
 // store (another replica created it). nil when it does not exist.
 func (p *Pipeline) getRun(id string) (*runstate.Run, error) {
-	if r := p.runs.Get(id); r != nil || !p.shared() {
+	if r := p.runs.Get(id); r != nil || p.opts.Store == nil {
 		return r, nil
 	}
 	v, err := p.opts.Store.Get(store.Runs, []byte(id))
@@ -88,18 +88,30 @@ func (p *Pipeline) getRun(id string) (*runstate.Run, error) {
 	if err := json.Unmarshal(v, &b); err != nil {
 		return nil, fmt.Errorf("run %s: %w", id, err)
 	}
-	r := runstate.Restore(b.Run, nil, p.now())
-	r.Ext = p.governanceOf(&b)
+	var events []runstate.Event
+	if !p.shared() { // single replica: the run's timeline comes back with it
+		_ = p.opts.Store.ScanPrefix(store.Events, append([]byte(id), 0), func(_, v []byte) error {
+			var e runstate.Event
+			if json.Unmarshal(v, &e) == nil {
+				events = append(events, e)
+			}
+			return nil
+		})
+	}
+	r := runstate.Restore(b.Run, events, p.now())
+	g := p.governanceOf(&b)
+	r.Ext = g
 	if existing, created := p.runs.Adopt(r); !created {
 		return existing, nil
 	}
+	p.restoreLedgers(g.ledgers)
 	return r, nil
 }
 
 // lookup resolves a lineage key: from memory, or with a shared store from
 // the store.
 func (p *Pipeline) lookup(key string) (*runstate.Run, error) {
-	if r := p.runs.Lookup(key); r != nil || !p.shared() {
+	if r := p.runs.Lookup(key); r != nil || p.opts.Store == nil {
 		return r, nil
 	}
 	v, err := p.opts.Store.Get(store.Lineage, []byte(key))
@@ -125,19 +137,19 @@ func (p *Pipeline) Record(id string) (runstate.Record, bool, error) {
 	return r.Snapshot(p.now()), true, nil
 }
 
-// Events returns a run's timeline; with a shared store, from the store.
+// Events returns a run's timeline: from memory, or from the store when the
+// run is shared by replicas or has left memory.
 func (p *Pipeline) Events(id string) ([]runstate.Event, bool, error) {
-	if !p.shared() {
-		r := p.runs.Get(id)
-		if r == nil {
-			return nil, false, nil
-		}
+	if r := p.runs.Get(id); r != nil && !p.shared() {
 		r.Mu.Lock()
 		defer r.Mu.Unlock()
 		return append([]runstate.Event(nil), r.Events...), true, nil
 	}
-	r, err := p.getRun(id)
-	if err != nil || r == nil {
+	if p.opts.Store == nil {
+		return nil, false, nil
+	}
+	v, err := p.opts.Store.Get(store.Runs, []byte(id))
+	if err != nil || v == nil {
 		return nil, false, err
 	}
 	var evs []runstate.Event
@@ -151,29 +163,52 @@ func (p *Pipeline) Events(id string) ([]runstate.Event, bool, error) {
 	return evs, true, err
 }
 
-// Records lists run records; with a shared store, every replica's runs.
+// Records lists run records: the runs in memory, and with a store every run
+// it holds (other replicas', or runs that left memory), brought up to date.
 func (p *Pipeline) Records(f runstate.Filter) ([]runstate.Record, error) {
-	if !p.shared() {
+	if p.opts.Store == nil {
 		return p.runs.List(f), nil
 	}
-	var ids []string
-	err := p.opts.Store.Scan(store.Runs, func(k, _ []byte) error {
-		ids = append(ids, string(k))
+	now := p.now()
+	var out []runstate.Record
+	err := p.opts.Store.Scan(store.Runs, func(k, v []byte) error {
+		id := string(k)
+		if r := p.runs.Get(id); r != nil {
+			if p.shared() {
+				if _, _, err := p.Record(id); err != nil {
+					return err
+				}
+			}
+			r.Mu.Lock()
+			rec := r.Snapshot(now)
+			r.Mu.Unlock()
+			if f.Match(rec) {
+				out = append(out, rec)
+			}
+			return nil
+		}
+		var b runBlob
+		if err := json.Unmarshal(v, &b); err != nil {
+			return nil // a record that cannot be read is skipped, not fatal
+		}
+		rec := runstate.Restore(b.Run, nil, now).Snapshot(now)
+		if f.Match(rec) {
+			out = append(out, rec)
+		}
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	for _, id := range ids {
-		if _, err := p.getRun(id); err != nil {
-			return nil, err
+	// Runs created but not yet written (their first persist is in flight).
+	seen := make(map[string]bool, len(out))
+	for _, rec := range out {
+		seen[rec.ID] = true
+	}
+	for _, rec := range p.runs.List(runstate.Filter{}) {
+		if !seen[rec.ID] && f.Match(rec) {
+			out = append(out, rec)
 		}
 	}
-	// Bring every run up to date, then filter as a single replica would.
-	for _, id := range ids {
-		if _, _, err := p.Record(id); err != nil {
-			return nil, err
-		}
-	}
-	return p.runs.List(f), nil
+	return f.Sort(out), nil
 }

@@ -145,6 +145,19 @@ func (g *Registry) List(f Filter) []Record {
 			}
 		}
 	}
+	return f.Sort(out)
+}
+
+// Match reports whether a record passes the filter.
+func (f Filter) Match(rec Record) bool {
+	return (f.Status == "" || string(rec.Status) == f.Status) &&
+		(f.Tenant == "" || rec.Tenant == f.Tenant) &&
+		(f.Reason == "" || rec.Reason == f.Reason) &&
+		(f.Since.IsZero() || rec.Created >= f.Since.UTC().Format(time.RFC3339Nano))
+}
+
+// Sort orders records newest first and applies the limit.
+func (f Filter) Sort(out []Record) []Record {
 	sort.Slice(out, func(i, j int) bool { return out[i].Created > out[j].Created })
 	if f.Limit > 0 && len(out) > f.Limit {
 		out = out[:f.Limit]
@@ -166,4 +179,53 @@ func (g *Registry) Count() map[State]int {
 		s.mu.RUnlock()
 	}
 	return m
+}
+
+// Remove drops a run and the lineage keys given from memory (the store
+// keeps them).
+func (g *Registry) Remove(id string, keys []string) {
+	for _, k := range keys {
+		s := g.shardOf(k)
+		s.mu.Lock()
+		if s.lineage[k] == id {
+			delete(s.lineage, k)
+		}
+		s.mu.Unlock()
+	}
+	s := g.shardOf(id)
+	s.mu.Lock()
+	delete(s.runs, id)
+	s.mu.Unlock()
+}
+
+// Ended returns the runs that ended before cutoff and have nothing in
+// flight: candidates to leave memory.
+func (g *Registry) Ended(cutoff time.Time) []*Run {
+	var out []*Run
+	for i := range g.sh {
+		s := &g.sh[i]
+		s.mu.RLock()
+		for _, r := range s.runs {
+			if r.Mu.TryLock() {
+				if r.State.Final() && r.Inflight == 0 && !r.Ended.IsZero() && r.Ended.Before(cutoff) {
+					out = append(out, r)
+				}
+				r.Mu.Unlock()
+			}
+		}
+		s.mu.RUnlock()
+	}
+	return out
+}
+
+// Len is the number of runs in memory.
+func (g *Registry) Len() int {
+	n := 0
+	for i := range g.sh {
+		s := &g.sh[i]
+		s.mu.RLock()
+		n += len(s.runs)
+		s.mu.RUnlock()
+	}
+	return n
 }

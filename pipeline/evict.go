@@ -1,0 +1,68 @@
+package pipeline
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/haltline/haltline/accounting"
+	"github.com/haltline/haltline/store"
+)
+
+// evictEnded takes runs that ended more than EndedRetention ago out of
+// memory: with a store they live on there (a later call, a record request
+// or a resume loads them back), and memory stays proportional to the runs
+// in progress rather than to every run ever seen. Runs holding tool state
+// (approvals, stored results, blobs) stay: that state is read from memory.
+func (p *Pipeline) evictEnded(now time.Time) int {
+	if p.opts.Store == nil {
+		return 0 // memory is the only home of runs
+	}
+	n := 0
+	for _, r := range p.runs.Ended(now.Add(-p.opts.EndedRetention)) {
+		r.Mu.Lock()
+		g := govOf(r)
+		keep := !r.State.Final() || r.Inflight > 0 || (g != nil && (len(g.pending) > 0 ||
+			(g.tools != nil && (len(g.tools.blobs) > 0 || len(g.tools.approvals) > 0 || len(g.tools.idem) > 0))))
+		var keys []string
+		var ledger string
+		if g != nil {
+			keys, ledger = g.keys, g.ledger
+		}
+		r.Mu.Unlock()
+		if keep {
+			continue
+		}
+		p.runs.Remove(r.ID, keys)
+		if mb, ok := p.book.(*accounting.MemBook); ok && ledger != "" {
+			mb.Drop(ledger)
+		}
+		n++
+	}
+	return n
+}
+
+// restoreLedgers puts a loaded run's ledgers back into the in-process book
+// from the store (they left memory with the run).
+func (p *Pipeline) restoreLedgers(keys []string) {
+	mb, ok := p.book.(*accounting.MemBook)
+	if !ok {
+		return
+	}
+	for _, k := range keys {
+		if mb.Ledger(k) != nil {
+			continue
+		}
+		v, err := p.opts.Store.Get(store.Ledgers, []byte(k))
+		if err != nil || v == nil {
+			continue
+		}
+		var ls accounting.LedgerState
+		if json.Unmarshal(v, &ls) == nil {
+			ls.Reserved = accounting.Vector{} // nothing of an ended run is in flight
+			mb.Put(accounting.RestoreLedger(ls))
+		}
+	}
+}
+
+// SweepEnded evicts now what the sweeper would (for tests and tools).
+func (p *Pipeline) SweepEnded() int { return p.evictEnded(p.now()) }
