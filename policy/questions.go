@@ -157,14 +157,6 @@ const (
 // set, so the caller must get copies.
 func (o origin) shared() bool { return o != evaluated }
 
-// answer returns the constant answer when there is one, else evaluates;
-// it never caches, having no input to key on. A failed evaluation yields
-// the zero value (Allow false) and the error.
-func answer[T any](ctx context.Context, s *set, id questionID, eval func() (T, error)) (T, bool, error) {
-	a, o, err := ask(ctx, s, id, nil, nil, nil, eval)
-	return a, o == constant, err
-}
-
 // ask returns the constant answer when there is one, else a cached one for
 // the same values at the input paths the package reads, else evaluates and
 // caches the result. in, m and t are the question's input (m and t nil when
@@ -206,14 +198,6 @@ func ask[T any](ctx context.Context, s *set, id questionID, in *RunInput, m *Mod
 		return a, stored, nil
 	}
 	return a, evaluated, nil
-}
-
-func (e *Engine) logDecision(s *set, start time.Time, id questionID, in RunInput, subject, fp string, isConstant bool, err error, summary func() string) {
-	o := evaluated
-	if isConstant {
-		o = constant
-	}
-	e.logDecisionFrom(s, start, id, in, subject, fp, o, err, summary)
 }
 
 func (e *Engine) logDecisionFrom(s *set, start time.Time, id questionID, in RunInput, subject, fp string, o origin, err error, summary func() string) {

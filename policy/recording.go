@@ -54,7 +54,7 @@ func decodeRecording(v ast.Value) (RecordingAnswer, error) {
 // Recording says whether and how a run is recorded; asked once per run.
 func (e *Engine) Recording(ctx context.Context, in RunInput) (RecordingAnswer, error) {
 	s, start := e.begin()
-	a, constant, err := answer(ctx, s, qRecording, func() (RecordingAnswer, error) {
+	a, o, err := ask(ctx, s, qRecording, &in, nil, nil, func() (RecordingAnswer, error) {
 		v, err := s.evalFresh(ctx, qRecording, runValue(in, s))
 		if err != nil {
 			return RecordingAnswer{}, err
@@ -62,7 +62,7 @@ func (e *Engine) Recording(ctx context.Context, in RunInput) (RecordingAnswer, e
 		return decodeRecording(v)
 	})
 	if e.opts.DecisionLog != nil {
-		e.logDecision(s, start, qRecording, in, "", "", constant, err, func() string {
+		e.logDecisionFrom(s, start, qRecording, in, "", "", o, err, func() string {
 			return fmt.Sprintf("enabled=%t sample=%g content=%t", a.Enabled, a.Sample, a.Content)
 		})
 	}
