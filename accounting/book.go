@@ -183,7 +183,9 @@ func (b *MemBook) SetLimit(_ context.Context, key string, limit, finalReserve Ve
 }
 
 // Sweep implements Book.
-func (b *MemBook) Sweep(_ context.Context, now time.Time) (int, error) { return b.leases.Sweep(now), nil }
+func (b *MemBook) Sweep(_ context.Context, now time.Time) (int, error) {
+	return b.leases.Sweep(now), nil
+}
 
 // Shared implements Book.
 func (b *MemBook) Shared() bool { return false }

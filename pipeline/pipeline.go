@@ -191,7 +191,7 @@ func New(o Options) *Pipeline {
 		o.Lease = 15 * time.Minute
 	}
 	if o.EndedRetention <= 0 {
-		o.EndedRetention = 2 * time.Minute
+		o.EndedRetention = 30 * time.Second
 	}
 	return &Pipeline{
 		opts: o, book: o.Book, runs: o.Runs, pol: o.Policy, catalog: o.Catalog, obs: o.Observer,
