@@ -3,6 +3,7 @@ package pipeline_test
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -187,4 +188,29 @@ func TestEndedRunsLeaveMemory(t *testing.T) {
 	if t2.RunID() == id || rec2.SessionID != "s-1" {
 		t.Fatalf("new task: run %s session %q", t2.RunID(), rec2.SessionID)
 	}
+}
+
+const toolResponse = `{"id":"chatcmpl-2","object":"chat.completion","created":1,"model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"call_x","type":"function","function":{"name":"read","arguments":"{\"page\":1}"}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":1000,"completion_tokens":20,"total_tokens":1020}}`
+
+// BenchmarkMemoryPerIdleRun reports the heap an idle tracked run takes
+// with its governance (ledger, loop guard, policy answers), after one model
+// call that left a tool call outstanding.
+func BenchmarkMemoryPerIdleRun(b *testing.B) {
+	const n = 20_000
+	p := newPipeline(b, nil, 0)
+	body := []byte(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Do the task."}],"tools":[{"type":"function","function":{"name":"read","parameters":{"type":"object"}}}]}`)
+	ctx := context.Background()
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for i := range n {
+		t := p.Begin(ctx, &pipeline.Call{Body: body, RunID: fmt.Sprintf("r-%d", i)}, openai.Chat{})
+		p.Finish(ctx, t, pipeline.Outcome{Status: 200, Body: []byte(toolResponse)})
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	perRun := float64(after.HeapAlloc-before.HeapAlloc) / n
+	for b.Loop() {
+	}
+	b.ReportMetric(perRun, "heap-B/run")
 }
