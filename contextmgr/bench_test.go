@@ -21,16 +21,24 @@ func conversation200K(api wire.API) []byte {
 	}
 }
 
+// BenchmarkNeedsRewrite is the decision on every call for a 200 KB body:
+// against a 32k-window model (the body must be read) and against a
+// 1M-window model (0.6 × 1M: the size alone decides).
 func BenchmarkNeedsRewrite(b *testing.B) {
 	for _, api := range apis {
-		b.Run(api.String(), func(b *testing.B) {
-			body := conversation200K(api)
-			b.SetBytes(int64(len(body)))
-			b.ReportAllocs()
-			for b.Loop() {
-				NeedsRewrite(api, body, 20000)
-			}
-		})
+		for _, w := range []struct {
+			name string
+			wm   int64
+		}{{"window=32k", 19_200}, {"window=1M", 600_000}} {
+			b.Run(api.String()+"/"+w.name, func(b *testing.B) {
+				body := conversation200K(api)
+				b.SetBytes(int64(len(body)))
+				b.ReportAllocs()
+				for b.Loop() {
+					NeedsRewrite(api, body, w.wm)
+				}
+			})
+		}
 	}
 }
 

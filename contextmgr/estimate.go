@@ -123,9 +123,27 @@ func Estimate(api wire.API, body []byte) int64 {
 // NeedsRewrite reports whether a request body goes over the watermark, with
 // the estimate it decided on. It is meant for every call: one pass over the
 // body, no JSON tree, no allocation. A watermark <= 0 means no watermark.
+//
+// When even the most a body of its size can weigh fits the watermark (a
+// large-window model), it decides without reading the body and returns
+// that bound as the estimate.
 func NeedsRewrite(api wire.API, body []byte, watermark int64) (estimate int64, needs bool) {
+	if bound := upperBound(api, len(body)); watermark <= 0 || bound <= watermark {
+		return bound, false
+	}
 	est := Estimate(api, body)
-	return est, watermark > 0 && est > watermark
+	return est, est > watermark
+}
+
+// maxWeightPerByte bounds scan's weight per byte of body: the heaviest
+// byte is a UTF-8 lead byte (900), which a malformed body may carry alone;
+// an empty id value weighs idWeight over its two quotes (500 per byte),
+// member names and string values less.
+const maxWeightPerByte = 900
+
+// upperBound is the most Estimate can return for a body of n bytes.
+func upperBound(api wire.API, n int) int64 {
+	return finish(api, int64(n)*maxWeightPerByte, true)
 }
 
 // scan walks a JSON body once and returns its weight in weightScale units,

@@ -59,3 +59,28 @@ func TestEstimateAgainstRecordedUsage(t *testing.T) {
 	}
 	t.Logf("mean absolute error %.1f%% over %d recorded calls", 100*sumAbs/float64(len(cases)), len(cases))
 }
+
+// The size bound holds on the heaviest shapes the estimator prices.
+func TestUpperBoundHolds(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		desc string
+		body string
+	}{
+		{"empty ids", `{"id":"","id":"","ids":["","",""],"call_id":""}`},
+		{"id array", `{"id":["","","","","","","",""]}`},
+		{"two-byte text", `{"t":"éééééééééé"}`},
+		{"escapes", `{"t":"\u00e9\u00e9\n\t\""}`},
+		{"digits", `[1234567890,1234567890]`},
+		{"punctuation", `{"t":"!!!!####$$$$%%%%"}`},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			t.Parallel()
+			for _, api := range []wire.API{wire.APIChat, wire.APIResponses, wire.APIMessages} {
+				if est, bound := Estimate(api, []byte(tc.body)), upperBound(api, len(tc.body)); est > bound {
+					t.Fatalf("%v: estimate %d over the bound %d", api, est, bound)
+				}
+			}
+		})
+	}
+}

@@ -65,9 +65,19 @@ func FuzzRewrite(f *testing.F) {
 func FuzzNeedsRewrite(f *testing.F) {
 	fuzzSeeds(f)
 	f.Fuzz(func(t *testing.T, apiByte uint8, body []byte, wm int64) {
-		est, _ := NeedsRewrite(wire.API(apiByte%4), body, wm)
+		api := wire.API(apiByte % 4)
+		est, needs := NeedsRewrite(api, body, wm)
 		if est < 0 {
 			t.Fatalf("negative estimate %d", est)
+		}
+		// The size bound that lets NeedsRewrite skip the scan must really
+		// bound the estimate, and the decision must be the scan's.
+		full := Estimate(api, body)
+		if full > upperBound(api, len(body)) {
+			t.Fatalf("estimate %d over the bound %d for %q", full, upperBound(api, len(body)), body)
+		}
+		if want := wm > 0 && full > wm; needs != want {
+			t.Fatalf("needs %v, the full estimate %d against %d says %v", needs, full, wm, want)
 		}
 	})
 }
