@@ -141,3 +141,63 @@ func TestContextStaysUnderWatermark(t *testing.T) {
 		})
 	}
 }
+
+// With a summariser model named in policy, the dropped turns are summarised
+// by that model through the same upstream, charged to the run (a model
+// call, tokens and cost — not an agent step), and the summary lands in the
+// forwarded system segment.
+func TestContextSummariserModel(t *testing.T) {
+	t.Parallel()
+	// Enough steps that cutting long results is not enough and old turns
+	// are dropped (and summarised).
+	const steps = 45
+	big := strings.Repeat("row 42: status=ok latency=17ms region=eu-west-1 ", 30000/48)
+	m := &toolLoop{finalAfter: 1 << 30, finalAtCall: 1 << 30, in: 1000, out: 20}
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request, body []byte) {
+		if bytes.Contains(body, []byte("You compress an AI agent")) {
+			writeJSON(w, 200, []byte(`{"id":"chatcmpl-sum","object":"chat.completion","created":1,"model":"small-32k","choices":[{"index":0,"message":{"role":"assistant","content":"SUMMARY-FROM-MODEL: pages read, all fine.\nFACT region: eu-west-1"},"finish_reason":"stop"}],"usage":{"prompt_tokens":700,"completion_tokens":30,"total_tokens":730}}`))
+			return
+		}
+		m.serve(w, r, body)
+	})
+	g := startGateway(t, up.URL, smallWindow(t), withPolicy(policyDir(t, `{"haltline":{"budgets":{"defaults":{"summariser_model":"small-32k"}}}}`)))
+	client := openaiClient(g)
+	msgs := []openai.ChatCompletionMessageParamUnion{openai.SystemMessage("You are an auditor."),
+		openai.UserMessage("Audit every page.")}
+	tools := []openai.ChatCompletionToolUnionParam{openai.ChatCompletionFunctionTool(openai.FunctionDefinitionParam{
+		Name: "read_page", Parameters: openai.FunctionParameters{"type": "object"}})}
+	var runID string
+	for n := range steps {
+		var resp *http.Response
+		c, err := client.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{Model: "small-32k", Messages: msgs, Tools: tools},
+			option.WithResponseInto(&resp))
+		if err != nil {
+			t.Fatalf("step %d: %v", n+1, err)
+		}
+		runID = resp.Header.Get("X-Run-Id")
+		msg := c.Choices[0].Message
+		msgs = append(msgs, msg.ToParam())
+		for _, tc := range msg.ToolCalls {
+			msgs = append(msgs, openai.ToolMessage(fmt.Sprintf("page %d\n%s", n, big), tc.ID))
+		}
+	}
+	var summaries, withSummary int
+	for _, r := range up.requests() {
+		if bytes.Contains(r.Body, []byte("You compress an AI agent")) {
+			summaries++
+		} else if bytes.Contains(r.Body, []byte("SUMMARY-FROM-MODEL")) {
+			withSummary++
+		}
+	}
+	rec := runRecord(t, g, runID)
+	t.Logf("%d summary calls; %d forwarded calls carry the model's summary; record: steps %d, model calls %d", summaries, withSummary, rec.AgentSteps, rec.ModelCalls)
+	if summaries == 0 || withSummary == 0 {
+		t.Fatalf("summaries %d, calls with the summary %d", summaries, withSummary)
+	}
+	if rec.AgentSteps != steps || rec.ModelCalls != int64(steps+summaries) {
+		t.Fatalf("record: steps %d model calls %d, want %d and %d", rec.AgentSteps, rec.ModelCalls, steps, steps+summaries)
+	}
+	if rec.InputTokens != int64(steps*1000+summaries*700) {
+		t.Fatalf("input tokens %d: the summary calls are not charged", rec.InputTokens)
+	}
+}

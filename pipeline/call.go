@@ -21,6 +21,10 @@ type Call struct {
 	// Run headers (DESIGN §3), as sent.
 	RunID, SessionID, AgentID, ParentRunID, TaskType, RunBudget string
 	Principal                                                   Principal
+	// Upstream, when the front end can, sends a request of the gateway's
+	// own to the same provider with the caller's credentials (the context
+	// manager's summary call); nil where it cannot (ext_proc).
+	Upstream func(ctx context.Context, body []byte) (status int, respBody []byte, err error)
 }
 
 // Answer is a response the gateway gives itself, without (or instead of)

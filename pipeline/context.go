@@ -39,6 +39,9 @@ func (p *Pipeline) rewriteContext(ctx context.Context, t *Turn, g *governance, n
 	}
 	rw := *p.opts.Context
 	r := t.run
+	if f := p.summariser(t, g, now); f != nil {
+		rw.Summarise = f
+	}
 	rw.Blob = func(text string) string {
 		h := p.keepBlob(r, g, g.toolState(), text, now)
 		return h + " (" + p.blobURL(r.ID, h) + ")"

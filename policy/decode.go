@@ -270,6 +270,9 @@ func (d decoder) limitsInto(l *Limits) error {
 			return err
 		}
 	}
+	if err := d.string("summariser_model", &l.SummariserModel); err != nil {
+		return err
+	}
 	return d.string("paused_time", &l.PausedTime, PausedFlow, PausedFreeze)
 }
 

@@ -64,6 +64,10 @@ type Limits struct {
 	// DefaultMaxOutputTokens is the worst case reserved for a call that
 	// does not state its max output.
 	DefaultMaxOutputTokens int64 `json:"default_max_output_tokens,omitempty"`
+	// SummariserModel, when set, is the model the context manager asks for
+	// the summary of dropped turns (through the same upstream, charged to
+	// the run); without it the summary is extractive.
+	SummariserModel string `json:"summariser_model,omitempty"`
 }
 
 // Paused time modes.

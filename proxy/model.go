@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -41,6 +42,9 @@ func (s *Server) model(ctx *fasthttp.RequestCtx, codec wire.Codec, prov *config.
 		TaskType:    string(h.Peek("X-Task-Type")),
 		RunBudget:   string(h.Peek("X-Run-Budget")),
 		Principal:   principal,
+		Upstream: func(cctx context.Context, body []byte) (int, []byte, error) {
+			return s.ownCall(cctx, ctx, prov, body)
+		},
 	}
 	bg := context.Background()
 	t := s.p.Begin(bg, call, codec)
@@ -199,4 +203,26 @@ func copyHeaders(dst *fasthttp.ResponseHeader, src http.Header) {
 			dst.Add(k, v)
 		}
 	}
+}
+
+// ownCall sends a request of the gateway's own (a summary) to the provider
+// of the call being handled, on the same path and with the same
+// credentials, bounded in time and size. It runs inside the handler, while
+// the caller's headers are valid.
+func (s *Server) ownCall(ctx context.Context, in *fasthttp.RequestCtx, prov *config.Provider, body []byte) (int, []byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, min(s.o.Limits.UpstreamTimeout, 2*time.Minute))
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, prov.BaseURL+string(in.Path()), bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, err
+	}
+	s.upstreamHeaders(req.Header, &in.Request.Header, prov)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := readBounded(resp.Body, s.o.Limits.MaxResponseBytes)
+	return resp.StatusCode, b, err
 }

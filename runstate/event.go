@@ -10,6 +10,7 @@ const (
 	EventResumed     = "resumed"
 	EventWrapUp      = "wrap_up"
 	EventCompression = "compression"
+	EventSummary     = "summary_call"
 )
 
 // Event is one entry of a run's timeline. ElapsedMs is monotonic from the

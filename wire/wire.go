@@ -246,3 +246,10 @@ type Codec interface {
 	// not nil, is a JSON object added under the key "haltline".
 	ErrorBody(kind ErrorKind, message string, record []byte) []byte
 }
+
+// RequestBuilder is implemented by codecs that can write a request of the
+// gateway's own in their API (the context manager's summary calls): one
+// system instruction, one user message, no tools, not streamed.
+type RequestBuilder interface {
+	BuildRequest(model, system, user string, maxOutput int64) []byte
+}
