@@ -2,11 +2,9 @@ package store
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -18,18 +16,8 @@ const MaxBatch = 4096
 // Bolt is the embedded store: one bbolt file, written by a single goroutine
 // in group commits.
 type Bolt struct {
-	db    *bolt.DB
-	queue chan pending
-	done  chan struct{}
-
-	mu      sync.Mutex
-	closed  bool
-	lastErr error
-}
-
-type pending struct {
-	ops []Op
-	res chan error
+	db *bolt.DB
+	*GroupCommitter
 }
 
 // OpenBolt opens (or creates) dir/haltline.db.
@@ -59,73 +47,33 @@ func OpenBolt(dir string) (*Bolt, error) {
 		db.Close()
 		return nil, err
 	}
-	s := &Bolt{db: db, queue: make(chan pending, 1024), done: make(chan struct{})}
-	go s.writer()
+	s := &Bolt{db: db}
+	s.GroupCommitter = NewGroupCommitter(s.commit)
 	return s, nil
 }
 
-// Apply implements Store.
-func (s *Bolt) Apply(ops []Op) <-chan error {
-	res := make(chan error, 1)
-	s.mu.Lock()
-	closed := s.closed
-	s.mu.Unlock()
-	if closed {
-		res <- ErrClosed
-		return res
-	}
-	s.queue <- pending{ops: ops, res: res}
-	return res
-}
-
-// writer commits everything queued since the last commit in one
-// transaction: the group commit.
-func (s *Bolt) writer() {
-	defer close(s.done)
-	batch := make([]pending, 0, 64)
-	for p := range s.queue {
-		batch = append(batch[:0], p)
-		n := len(p.ops)
-	drain:
-		for n < MaxBatch {
-			select {
-			case q, ok := <-s.queue:
-				if !ok {
-					break drain
+// commit applies the batches in one bbolt transaction: one fsync.
+func (s *Bolt) commit(batches [][]Op) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		for _, ops := range batches {
+			for _, op := range ops {
+				b := tx.Bucket([]byte(op.Bucket))
+				if b == nil {
+					return fmt.Errorf("store: no bucket %q", op.Bucket)
 				}
-				batch = append(batch, q)
-				n += len(q.ops)
-			default:
-				break drain
-			}
-		}
-		err := s.db.Update(func(tx *bolt.Tx) error {
-			for _, p := range batch {
-				for _, op := range p.ops {
-					b := tx.Bucket([]byte(op.Bucket))
-					if b == nil {
-						return fmt.Errorf("store: no bucket %q", op.Bucket)
-					}
-					var err error
-					if op.Value == nil {
-						err = b.Delete(op.Key)
-					} else {
-						err = b.Put(op.Key, op.Value)
-					}
-					if err != nil {
-						return err
-					}
+				var err error
+				if op.Value == nil {
+					err = b.Delete(op.Key)
+				} else {
+					err = b.Put(op.Key, op.Value)
+				}
+				if err != nil {
+					return err
 				}
 			}
-			return nil
-		})
-		s.mu.Lock()
-		s.lastErr = err
-		s.mu.Unlock()
-		for _, p := range batch {
-			p.res <- err
 		}
-	}
+		return nil
+	})
 }
 
 // Get implements Store.
@@ -168,24 +116,16 @@ func (s *Bolt) ScanPrefix(b Bucket, prefix []byte, fn func(key, value []byte) er
 
 // Healthy implements Store.
 func (s *Bolt) Healthy() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
+	if s.Closed() {
 		return ErrClosed
 	}
-	return s.lastErr
+	return s.LastError()
 }
 
 // Close implements Store.
 func (s *Bolt) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	if !s.GroupCommitter.Close() {
 		return nil
 	}
-	s.closed = true
-	s.mu.Unlock()
-	close(s.queue)
-	<-s.done
-	return errors.Join(s.db.Close())
+	return s.db.Close()
 }

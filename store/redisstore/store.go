@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/haltline/haltline/store"
@@ -29,24 +28,10 @@ type Store struct {
 	rdb    redis.UniversalClient
 	prefix string
 	conn   *shared
-
-	queue chan pending
-	done  chan struct{}
-
-	// closeMu orders Apply's send against Close's close of the queue.
-	closeMu sync.RWMutex
-	closed  bool
-
-	errMu   sync.Mutex
-	lastErr error
+	*store.GroupCommitter
 }
 
 var _ store.Store = (*Store)(nil)
-
-type pending struct {
-	ops []store.Op
-	res chan error
-}
 
 // NewStore returns a Store on rdb with every key under prefix (DefaultPrefix
 // when empty). The caller keeps ownership of rdb; Close stops the writer.
@@ -54,8 +39,8 @@ func NewStore(rdb redis.UniversalClient, prefix string) *Store {
 	if prefix == "" {
 		prefix = DefaultPrefix
 	}
-	s := &Store{rdb: rdb, prefix: prefix, queue: make(chan pending, 1024), done: make(chan struct{})}
-	go s.writer()
+	s := &Store{rdb: rdb, prefix: prefix}
+	s.GroupCommitter = store.NewGroupCommitter(s.commit)
 	return s
 }
 
@@ -65,53 +50,10 @@ func (s *Store) valsKey(b store.Bucket) string { return s.prefix + "store:" + st
 // known mirrors Bolt, which has exactly the buckets of store.AllBuckets.
 func known(b store.Bucket) bool { return slices.Contains(store.AllBuckets, b) }
 
-// Apply implements store.Store.
-func (s *Store) Apply(ops []store.Op) <-chan error {
-	res := make(chan error, 1)
-	s.closeMu.RLock()
-	defer s.closeMu.RUnlock()
-	if s.closed {
-		res <- store.ErrClosed
-		return res
-	}
-	s.queue <- pending{ops: ops, res: res}
-	return res
-}
-
-// writer commits everything queued since the last commit in one
-// transaction (at most store.MaxBatch ops, unless one Apply has more).
-func (s *Store) writer() {
-	defer close(s.done)
-	batch := make([]pending, 0, 64)
-	for p := range s.queue {
-		batch = append(batch[:0], p)
-		n := len(p.ops)
-	drain:
-		for n < store.MaxBatch {
-			select {
-			case q, ok := <-s.queue:
-				if !ok {
-					break drain
-				}
-				batch = append(batch, q)
-				n += len(q.ops)
-			default:
-				break drain
-			}
-		}
-		err := s.commit(batch)
-		s.errMu.Lock()
-		s.lastErr = err
-		s.errMu.Unlock()
-		for _, p := range batch {
-			p.res <- err
-		}
-	}
-}
-
-func (s *Store) commit(batch []pending) error {
-	for _, p := range batch {
-		for _, op := range p.ops {
+// commit applies the batches as one MULTI/EXEC.
+func (s *Store) commit(batches [][]store.Op) error {
+	for _, ops := range batches {
+		for _, op := range ops {
 			if !known(op.Bucket) {
 				return fmt.Errorf("store: no bucket %q", op.Bucket)
 			}
@@ -124,8 +66,8 @@ func (s *Store) commit(batch []pending) error {
 	// same puts and deletes, which is harmless: they are idempotent and this
 	// goroutine sends nothing else meanwhile.
 	_, err := s.rdb.TxPipelined(ctx, func(tx redis.Pipeliner) error {
-		for _, p := range batch {
-			for _, op := range p.ops {
+		for _, ops := range batches {
+			for _, op := range ops {
 				kk, vk := s.keysKey(op.Bucket), s.valsKey(op.Bucket)
 				if op.Value == nil {
 					tx.HDel(ctx, vk, string(op.Key))
@@ -224,10 +166,7 @@ func successor(p []byte) []byte {
 // last commit must have succeeded (a read-only replica answers PING but
 // refuses writes).
 func (s *Store) Healthy() error {
-	s.closeMu.RLock()
-	closed := s.closed
-	s.closeMu.RUnlock()
-	if closed {
+	if s.Closed() {
 		return store.ErrClosed
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -238,23 +177,15 @@ func (s *Store) Healthy() error {
 	// Reachable again: a commit that failed during the outage is not a
 	// reason to stay unready (the next write of each run carries its whole
 	// state).
-	s.errMu.Lock()
-	s.lastErr = nil
-	s.errMu.Unlock()
+	s.ClearError()
 	return nil
 }
 
 // Close implements store.Store: it commits what is queued, then releases
 // the client if Open made it and the Book is closed too.
 func (s *Store) Close() error {
-	s.closeMu.Lock()
-	if s.closed {
-		s.closeMu.Unlock()
+	if !s.GroupCommitter.Close() {
 		return nil
 	}
-	s.closed = true
-	close(s.queue)
-	s.closeMu.Unlock()
-	<-s.done
 	return s.conn.release()
 }
