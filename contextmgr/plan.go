@@ -3,7 +3,9 @@ package contextmgr
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/haltline/haltline/wire"
@@ -37,47 +39,85 @@ const noteWeight = 40 * weightScale
 
 func (p *plan) index() {
 	items := p.c.items
-	cheap := p.c.api != wire.APIMessages
+	p.callAt = make(map[string]int, len(items))
+	p.resultAt = make(map[string]int, len(items))
+	for i := range items {
+		it := &items[i]
+		for k := range it.results {
+			p.resultAt[it.results[k].id] = i
+		}
+		for _, c := range it.calls {
+			p.callAt[c.id] = i
+		}
+	}
+	p.turns = turnsOf(items, p.c.head)
+	p.starts = make(map[int]bool, len(p.turns))
+	for _, t := range p.turns {
+		if !t.sticky {
+			p.starts[t.start] = true
+		}
+	}
+}
+
+// rawWeight returns the weight of item i as the agent sent it.
+func (p *plan) rawWeight(i int) int64 {
+	if p.rawW == nil {
+		p.rawW = make([]int64, len(p.c.items))
+		for j := range p.rawW {
+			p.rawW[j] = -1
+		}
+	}
+	if p.rawW[i] < 0 {
+		p.rawW[i], _ = scan(p.c.items[i].raw, p.c.api != wire.APIMessages)
+	}
+	return p.rawW[i]
+}
+
+// weigh computes the planning weights, on the first plan of a cut.
+func (p *plan) weights() {
+	if p.w != nil {
+		return
+	}
+	c := p.c
+	items := c.items
+	cheap := c.api != wire.APIMessages
 	p.w = make([]int64, len(items))
-	p.rawW = make([]int64, len(items))
 	p.dropW = make([]int64, len(items)+1)
-	p.callAt = map[string]int{}
-	p.resultAt = map[string]int{}
 	var itemsW int64
 	limit := p.rw.inlineLimit()
 	for i := range items {
 		it := &items[i]
-		w, _ := scan(it.raw, cheap)
-		p.rawW[i] = w
+		w := p.rawWeight(i)
 		itemsW += w
-		for _, r := range it.results {
-			p.resultAt[r.id] = i
-			if r.path == "" || len(r.text) <= limit {
+		for k := range it.results {
+			r := &it.results[k]
+			if r.path == "" || r.rawLen() <= limit {
+				continue
+			}
+			d := c.decoded(r)
+			if len(d) <= limit {
 				continue
 			}
 			// Planning only: bytes stand in for characters here, the build
 			// cuts on characters.
-			h, t := min(p.rw.head(), len(r.text)), max(len(r.text)-p.rw.tail(), 0)
+			h, t := min(p.rw.head(), len(d)), max(len(d)-p.rw.tail(), 0)
 			if h < t {
-				w += noteWeight - weigh([]byte(r.text[h:t]))
+				w += noteWeight - weigh(d[h:t])
 			}
-		}
-		for _, c := range it.calls {
-			p.callAt[c.id] = i
 		}
 		p.w[i] = w
 	}
 	for i := range items {
 		p.dropW[i+1] = p.dropW[i]
-		if i >= p.c.head && items[i].kind != kindSystem {
+		if i >= c.head && items[i].kind != kindSystem {
 			p.dropW[i+1] += p.w[i]
 		}
 	}
 	// The envelope is weighed apart from the items rather than the whole
 	// body again: one pass over the bytes instead of two.
 	var baseW int64
-	if p.c.listEnd > 0 {
-		baseW, p.tools = p.envelope(p.body, p.c.listStart, p.c.listEnd)
+	if c.listEnd > 0 {
+		baseW, p.tools = p.envelope(p.body, c.listStart, c.listEnd)
 	} else {
 		bodyW, tools := scan(p.body, cheap)
 		baseW, p.tools = bodyW-itemsW, tools
@@ -85,13 +125,6 @@ func (p *plan) index() {
 	p.total = baseW
 	for _, w := range p.w {
 		p.total += w
-	}
-	p.turns = turnsOf(items, p.c.head)
-	p.starts = map[int]bool{}
-	for _, t := range p.turns {
-		if !t.sticky {
-			p.starts[t.start] = true
-		}
 	}
 }
 
@@ -188,17 +221,21 @@ const summaryReserve = (newSummaryMax*300 + 100*weightScale)
 
 // planned estimates the tokens of the request cut at cut.
 func (p *plan) planned(cut int) int64 {
+	p.weights()
 	seg := weigh([]byte(segment(p.st))) + summaryReserve
 	return finish(p.c.api, p.total-p.dropW[cut]+seg, p.tools)
 }
 
 // cutBounds returns the byte offsets of the kept head's end and the kept
-// tail's start of a text to cut.
-func (p *plan) cutBounds(text string) (headEnd, tailStart int) {
-	n := utf8.RuneCountInString(text)
+// tail's start of a text of n runes to cut.
+func (p *plan) cutBounds(text []byte, n int) (headEnd, tailStart int) {
 	head, tail := p.rw.head(), p.rw.tail()
 	if head+tail > n {
 		head, tail = n/2, 0
+	}
+	if n == len(text) {
+		// One byte per rune.
+		return head, n - tail
 	}
 	headEnd = runeOffset(text, 0, head)
 	tailStart = runeOffset(text, headEnd, n-head-tail)
@@ -207,10 +244,14 @@ func (p *plan) cutBounds(text string) (headEnd, tailStart int) {
 
 // runeOffset returns the byte offset reached after skipping k runes of s
 // from byte offset from.
-func runeOffset(s string, from, k int) int {
+func runeOffset(s []byte, from, k int) int {
 	i := from
 	for ; k > 0 && i < len(s); k-- {
-		_, size := utf8.DecodeRuneInString(s[i:])
+		if s[i] < utf8.RuneSelf {
+			i++
+			continue
+		}
+		_, size := utf8.DecodeRune(s[i:])
 		i += size
 	}
 	return i
@@ -218,12 +259,18 @@ func runeOffset(s string, from, k int) int {
 
 // cutText returns the head and tail of a long tool output with a line
 // naming the handle of the full text.
-func (p *plan) cutText(text string) string {
-	h, t := p.cutBounds(text)
-	key := textKey(text)
+func (p *plan) cutText(r *result) string {
+	if r.cutOK {
+		p.rep.Cut++
+		p.rep.CutChars += int64(r.cutChars)
+		return r.cutRepl
+	}
+	c := p.c
+	c.measure(r)
+	key := hexKey(r.sum)
 	handle := p.st.Blobs[key]
 	if handle == "" && p.rw.Blob != nil {
-		handle = p.rw.Blob(text)
+		handle = p.rw.Blob(c.textOf(r))
 		if handle != "" {
 			if p.st.Blobs == nil {
 				p.st.Blobs = map[string]string{}
@@ -232,17 +279,39 @@ func (p *plan) cutText(text string) string {
 			p.rep.Blobs = append(p.rep.Blobs, handle)
 		}
 	}
-	total := utf8.RuneCountInString(text)
-	cut := total - utf8.RuneCountInString(text[:h]) - utf8.RuneCountInString(text[t:])
+	text := c.decoded(r)
+	h, t := p.cutBounds(text, r.runes)
+	total := r.runes
+	var cut int
+	if total == len(text) {
+		// One byte per rune: offsets are counts.
+		cut = t - h
+	} else {
+		cut = total - utf8.RuneCount(text[:h]) - utf8.RuneCount(text[t:])
+	}
 	p.rep.Cut++
 	p.rep.CutChars += int64(cut)
-	note := "\n\n[haltline: " + strconv.Itoa(cut) + " of " + strconv.Itoa(total) + " characters of this tool output were cut here; "
+	var b strings.Builder
+	b.Grow(h + len(text) - t + 160)
+	b.Write(text[:h])
+	b.WriteString("\n\n[haltline: ")
+	b.WriteString(strconv.Itoa(cut))
+	b.WriteString(" of ")
+	b.WriteString(strconv.Itoa(total))
+	b.WriteString(" characters of this tool output were cut here; ")
 	if handle != "" {
-		note += "the full text is kept as handle " + handle + "]\n\n"
+		b.WriteString("the full text is kept as handle ")
+		b.WriteString(handle)
+		b.WriteString("]\n\n")
 	} else {
-		note += "the full text was not kept]\n\n"
+		b.WriteString("the full text was not kept]\n\n")
 	}
-	return text[:h] + note + text[t:]
+	b.Write(text[t:])
+	if handle != "" || p.rw.Blob == nil {
+		// Later builds of this Rewrite cut it into the same text.
+		r.cutRepl, r.cutChars, r.cutOK = b.String(), cut, true
+	}
+	return b.String()
 }
 
 // build renders the request with the droppable items [head, cut) removed,
@@ -252,7 +321,7 @@ func (p *plan) build(cut int) ([]byte, int64, error) {
 	c, st := p.c, p.st
 	p.rep.Cut, p.rep.CutChars, p.rep.Deduped = 0, 0, 0
 	limit, dmin := p.rw.inlineLimit(), p.rw.dedupeMin()
-	seen := map[string]string{}
+	seen := make(map[uint64]string, len(c.items))
 	parts := make([][]byte, 0, len(c.items)+1)
 	var partsW int64
 	for i := range c.items {
@@ -261,37 +330,76 @@ func (p *plan) build(cut int) ([]byte, int64, error) {
 			continue
 		}
 		raw := it.raw
-		for _, r := range it.results {
+		changed, any := false, false
+		for k := range it.results {
+			r := &it.results[k]
 			if r.path == "" {
 				continue
 			}
 			repl := ""
-			if len(r.text) >= dmin {
-				k := textKey(r.text)
-				if first, ok := seen[k]; ok {
-					repl = "[same result as call " + first + "]"
-					p.rep.Deduped++
-				} else {
-					seen[k] = r.id
+			if r.rawLen() >= dmin {
+				c.measure(r)
+				if r.n >= dmin {
+					if first, ok := seen[r.sum]; ok {
+						repl = "[same result as call " + first + "]"
+						p.rep.Deduped++
+					} else {
+						seen[r.sum] = r.id
+					}
 				}
 			}
-			if repl == "" && len(r.text) > limit && utf8.RuneCountInString(r.text) > limit {
-				repl = p.cutText(r.text)
+			if repl == "" && r.rawLen() > limit {
+				c.measure(r)
+				if r.n > limit && r.runes > limit {
+					repl = p.cutText(r)
+				}
 			}
-			if repl == "" {
-				continue
+			changed = changed || repl != r.lastRepl
+			any = any || repl != ""
+			r.lastRepl = repl
+		}
+		switch {
+		case !any:
+		case !changed && it.built != nil:
+			// The same replacements as on the previous build of this
+			// Rewrite: the same bytes.
+			raw = it.built
+		default:
+			var spliced []byte
+			prev := 0
+			for k := range it.results {
+				r := &it.results[k]
+				repl := r.lastRepl
+				if r.path == "" || repl == "" {
+					continue
+				}
+				if it.splice {
+					// The same bytes sjson.SetBytes(raw, r.path, repl)
+					// makes, without reading the item again.
+					if spliced == nil {
+						spliced = make([]byte, 0, len(it.raw))
+					}
+					spliced = append(spliced, it.raw[prev:r.vs-it.at]...)
+					spliced = appendStringify(spliced, repl)
+					prev = r.ve - it.at
+					continue
+				}
+				nr, err := sjson.SetBytes(raw, r.path, repl)
+				if err != nil {
+					return nil, 0, err
+				}
+				raw = nr
 			}
-			nr, err := sjson.SetBytes(raw, r.path, repl)
-			if err != nil {
-				return nil, 0, err
+			if spliced != nil {
+				raw = append(spliced, it.raw[prev:]...)
 			}
-			raw = nr
+			it.built = raw
+			it.builtW, _ = scan(raw, c.api != wire.APIMessages)
 		}
 		if len(raw) == len(it.raw) && &raw[0] == &it.raw[0] {
-			partsW += p.rawW[i]
+			partsW += p.rawWeight(i)
 		} else {
-			w, _ := scan(raw, c.api != wire.APIMessages)
-			partsW += w
+			partsW += it.builtW
 		}
 		parts = append(parts, raw)
 	}
@@ -318,18 +426,14 @@ func (p *plan) build(cut int) ([]byte, int64, error) {
 			}
 		}
 	}
-	var list bytes.Buffer
-	list.Grow(len(p.body))
-	list.WriteByte('[')
-	for i, raw := range parts {
-		if i > 0 {
-			list.WriteByte(',')
-		}
-		list.Write(raw)
+	listLen := 1
+	for _, raw := range parts {
+		listLen += len(raw) + 1
 	}
-	list.WriteByte(']')
 	if c.listEnd == 0 {
-		out, err := sjson.SetRawBytes(p.body, c.listPath, list.Bytes())
+		list := make([]byte, 0, listLen)
+		list = appendList(list, parts)
+		out, err := sjson.SetRawBytes(p.body, c.listPath, list)
 		if err == nil && bodyEdit != nil {
 			out, err = bodyEdit(out)
 		}
@@ -340,11 +444,12 @@ func (p *plan) build(cut int) ([]byte, int64, error) {
 	}
 	// Splice the list in place of the old one: the bytes around it stay
 	// the agent's, and the list's position in the output is known.
-	out := make([]byte, 0, c.listStart+list.Len()+len(p.body)-c.listEnd)
+	out := make([]byte, 0, c.listStart+listLen+len(p.body)-c.listEnd)
 	out = append(out, p.body[:c.listStart]...)
-	out = append(out, list.Bytes()...)
+	out = appendList(out, parts)
+	listEnd := len(out)
 	out = append(out, p.body[c.listEnd:]...)
-	ls, le := c.listStart, c.listStart+list.Len()
+	ls, le := c.listStart, listEnd
 	if bodyEdit != nil {
 		n := len(out)
 		edited, err := bodyEdit(out)
@@ -362,6 +467,18 @@ func (p *plan) build(cut int) ([]byte, int64, error) {
 	}
 	baseW, tools := p.envelope(out, ls, le)
 	return out, finish(c.api, baseW+partsW, tools), nil
+}
+
+// appendList appends the JSON array of parts.
+func appendList(b []byte, parts [][]byte) []byte {
+	b = append(b, '[')
+	for i, raw := range parts {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, raw...)
+	}
+	return append(b, ']')
 }
 
 func isPrepended(parts [][]byte, first []byte) bool {
@@ -419,4 +536,71 @@ func placeSegment(api wire.API, body []byte, parts [][]byte, items []item, seg s
 		return nil, nil, err
 	}
 	return append([][]byte{msg}, parts...), nil, nil
+}
+
+// appendStringify appends s as a JSON string, as sjson does (through
+// json.Marshal when it must escape).
+func appendStringify(buf []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if s[i] < ' ' || s[i] > 0x7f || s[i] == '"' || s[i] == '\\' {
+			return appendMarshalString(buf, s)
+		}
+	}
+	buf = append(buf, '"')
+	buf = append(buf, s...)
+	return append(buf, '"')
+}
+
+// appendMarshalString appends the bytes json.Marshal(s) returns.
+func appendMarshalString(dst []byte, src string) []byte {
+	const hex = "0123456789abcdef"
+	dst = slices.Grow(dst, len(src)+len(src)/8+2)
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(src); {
+		if b := src[i]; b < utf8.RuneSelf {
+			if b >= ' ' && b != '"' && b != '\\' && b != '<' && b != '>' && b != '&' {
+				i++
+				continue
+			}
+			dst = append(dst, src[start:i]...)
+			switch b {
+			case '\\', '"':
+				dst = append(dst, '\\', b)
+			case '\b':
+				dst = append(dst, '\\', 'b')
+			case '\f':
+				dst = append(dst, '\\', 'f')
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hex[b>>4], hex[b&0xF])
+			}
+			i++
+			start = i
+			continue
+		}
+		c, size := utf8.DecodeRuneInString(src[i:])
+		if c == utf8.RuneError && size == 1 {
+			dst = append(dst, src[start:i]...)
+			dst = append(dst, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if c == '\u2028' || c == '\u2029' {
+			dst = append(dst, src[start:i]...)
+			dst = append(dst, '\\', 'u', '2', '0', '2', hex[c&0xF])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	dst = append(dst, src[start:]...)
+	return append(dst, '"')
 }

@@ -6,7 +6,6 @@ import (
 	"strconv"
 
 	"github.com/haltline/haltline/wire"
-	"github.com/tidwall/gjson"
 )
 
 // Defaults of a zero Rewriter (DESIGN §8 for the tool output sizes).
@@ -108,7 +107,7 @@ func (rw *Rewriter) Rewrite(ctx context.Context, api wire.API, body []byte, wate
 	if !needs {
 		return body, rep, nil
 	}
-	if !gjson.ValidBytes(body) {
+	if !validJSON(body) {
 		return body, rep, ErrInvalidBody
 	}
 	c, ok := parseConv(api, body)
@@ -126,7 +125,7 @@ func (rw *Rewriter) Rewrite(ctx context.Context, api wire.API, body []byte, wate
 	// what was dropped: that is what keeps the prefix byte-stable.
 	c0 := c.head
 	if st.CutEnd > 0 {
-		if st.CutEnd <= len(c.items) && st.CutEnd >= c.head && prefixHash(c.items, st.CutEnd) == st.CutHash && p.valid(st.CutEnd) {
+		if st.CutEnd <= len(c.items) && st.CutEnd >= c.head && c.prefixHash(st.CutEnd) == st.CutHash && p.valid(st.CutEnd) {
 			c0 = st.CutEnd
 			rep.Reused = true
 		} else {
@@ -237,7 +236,7 @@ func (p *plan) recordCut(to int) {
 	st, items := p.st, p.c.items
 	prevDropped := st.Dropped
 	st.CutEnd = to
-	st.CutHash = prefixHash(items, to)
+	st.CutHash = p.c.prefixHash(to)
 	st.Dropped = 0
 	for i := p.c.head; i < to; i++ {
 		if items[i].kind != kindSystem {

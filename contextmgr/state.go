@@ -67,19 +67,25 @@ func (s *State) hasFact(k string) bool {
 var crcTable = crc64.MakeTable(crc64.ECMA)
 
 // prefixHash hashes the identities of items [0, n).
-func prefixHash(items []item, n int) string {
-	h := crc64.New(crcTable)
+func (c *conv) prefixHash(n int) string {
+	var h uint64
 	var b [8]byte
-	for _, it := range items[:n] {
-		binary.LittleEndian.PutUint64(b[:], it.ident)
-		h.Write(b[:])
+	for i := range n {
+		binary.LittleEndian.PutUint64(b[:], c.identOf(i))
+		h = crc64.Update(h, crcTable, b[:])
 	}
-	return hex.EncodeToString(h.Sum(nil))
+	binary.BigEndian.PutUint64(b[:], h)
+	return hex.EncodeToString(b[:])
 }
 
 // textKey hashes a text for State.Blobs, deduplication and fact keys.
 func textKey(s string) string {
+	return hexKey(crc64.Checksum([]byte(s), crcTable))
+}
+
+// hexKey renders a text hash as textKey does.
+func hexKey(sum uint64) string {
 	var b [8]byte
-	binary.BigEndian.PutUint64(b[:], crc64.Checksum([]byte(s), crcTable))
+	binary.BigEndian.PutUint64(b[:], sum)
 	return hex.EncodeToString(b[:])
 }

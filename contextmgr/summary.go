@@ -57,7 +57,8 @@ func neutralTurns(c *conv, ts []turn) []Turn {
 			nt.Role = "user"
 		}
 		var text, user []string
-		for _, it := range c.items[t.start:t.end] {
+		for j := t.start; j < t.end; j++ {
+			it := &c.items[j]
 			switch {
 			case it.text == "":
 			case it.role == "user":
@@ -68,8 +69,9 @@ func neutralTurns(c *conv, ts []turn) []Turn {
 			for _, cl := range it.calls {
 				nt.Calls = append(nt.Calls, TurnCall{ID: cl.id, Name: cl.name, Arguments: cl.args})
 			}
-			for _, r := range it.results {
-				nt.Results = append(nt.Results, TurnResult{CallID: r.id, Text: r.text})
+			for k := range it.results {
+				r := &it.results[k]
+				nt.Results = append(nt.Results, TurnResult{CallID: r.id, Text: c.textOf(r)})
 			}
 		}
 		nt.Text = strings.Join(text, "\n")
