@@ -1,9 +1,6 @@
 package anthropic
 
 import (
-	"strconv"
-	"strings"
-	"unicode/utf16"
 	"unicode/utf8"
 	"unsafe"
 
@@ -37,71 +34,9 @@ func strBody(raw string) string {
 	return ""
 }
 
-// appendUnescaped appends the JSON string body s (no quotes) unescaped. It
-// mirrors gjson's unescape, so text decoded here equals gjson's Str, while
-// appending into a reused buffer instead of allocating a string per value.
-// Both sides of a text hash (request history, response body or stream)
-// decode through it, so they agree even on odd escapes.
-func appendUnescaped(dst []byte, s string) []byte {
-	for len(s) > 0 {
-		i := strings.IndexByte(s, '\\')
-		if i < 0 {
-			return appendPlain(dst, s)
-		}
-		dst = appendPlain(dst, s[:i])
-		if i+1 >= len(s) {
-			return dst
-		}
-		c := s[i+1]
-		s = s[i+2:]
-		switch c {
-		case '"', '\\', '/':
-			dst = append(dst, c)
-		case 'b':
-			dst = append(dst, '\b')
-		case 'f':
-			dst = append(dst, '\f')
-		case 'n':
-			dst = append(dst, '\n')
-		case 'r':
-			dst = append(dst, '\r')
-		case 't':
-			dst = append(dst, '\t')
-		case 'u':
-			if len(s) < 4 {
-				return dst
-			}
-			r := hex4(s)
-			s = s[4:]
-			if r >= 0xD800 && r < 0xDC00 && len(s) >= 6 && s[0] == '\\' && s[1] == 'u' {
-				if r2 := hex4(s[2:]); r2 >= 0xDC00 && r2 < 0xE000 {
-					r = utf16.DecodeRune(r, r2)
-					s = s[6:]
-				}
-			}
-			dst = utf8.AppendRune(dst, r)
-		default:
-			return dst
-		}
-	}
-	return dst
-}
-
-// appendPlain appends unescaped string bytes, stopping at a control byte as
-// gjson does (valid JSON has none).
-func appendPlain(dst []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if s[i] < ' ' {
-			return append(dst, s[:i]...)
-		}
-	}
-	return append(dst, s...)
-}
-
-func hex4(s string) rune {
-	n, _ := strconv.ParseUint(s[:4], 16, 32)
-	return rune(n)
-}
+// appendUnescaped decodes a JSON string body the way gjson does (see
+// jsonscan.AppendUnescaped): both sides of a text hash decode through it.
+func appendUnescaped(dst []byte, s string) []byte { return jsonscan.AppendUnescaped(dst, s) }
 
 // appendJSONString appends s as a JSON string literal. Invalid UTF-8 becomes
 // U+FFFD, as encoding/json does, so the output is always valid JSON.

@@ -2,7 +2,10 @@ package jsonscan
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
+
+	"github.com/tidwall/gjson"
 )
 
 func TestSkipString(t *testing.T) {
@@ -39,4 +42,30 @@ func FuzzSkipString(f *testing.F) {
 			t.Fatalf("SkipString(%q) = %d, want %d", lit, got, len(enc))
 		}
 	})
+}
+
+// AppendUnescaped decodes as gjson does, on valid and odd escapes alike.
+func FuzzAppendUnescaped(f *testing.F) {
+	for _, s := range []string{`plain`, `a\"b\\c\/d\n\t`, `\u00e9\ud83d\ude00`, `\ud83d x`, `\uZZZZ`, `bad \q end`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		for _, body := range []string{string(mustJSON(s))[1 : len(mustJSON(s))-1], s} {
+			if strings.ContainsRune(body, '"') && !strings.Contains(body, `\"`) {
+				continue // gjson would end the string at the quote
+			}
+			lit := `"` + body + `"`
+			if !gjson.Valid(lit) {
+				continue
+			}
+			if got, want := string(AppendUnescaped(nil, body)), gjson.Parse(lit).Str; got != want {
+				t.Fatalf("AppendUnescaped(%q) = %q, gjson %q", body, got, want)
+			}
+		}
+	})
+}
+
+func mustJSON(s string) []byte {
+	b, _ := json.Marshal(s)
+	return b
 }

@@ -2,8 +2,6 @@ package openai
 
 import (
 	"strconv"
-	"unicode/utf16"
-	"unicode/utf8"
 	"unsafe"
 
 	"github.com/tidwall/gjson"
@@ -180,86 +178,14 @@ func str(raw string) string {
 	return in
 }
 
-// appendUnescaped appends the content of the raw JSON string raw to dst. It
-// decodes as gjson does (lone surrogates become U+FFFD), so text read here
-// and text read through gjson hash the same.
+// appendUnescaped appends the content of the raw JSON string raw (quotes
+// included) to dst, decoded as gjson does, so text read here and text read
+// through gjson hash the same.
 func appendUnescaped(dst []byte, raw string) []byte {
 	if !isString(raw) {
 		return dst
 	}
-	s := raw[1 : len(raw)-1]
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c != '\\' {
-			if c < ' ' {
-				return dst
-			}
-			// Copy the run up to the next escape in one append.
-			j := i + 1
-			for j < len(s) && s[j] != '\\' && s[j] >= ' ' {
-				j++
-			}
-			dst = append(dst, s[i:j]...)
-			i = j - 1
-			continue
-		}
-		i++
-		if i >= len(s) {
-			return dst
-		}
-		switch s[i] {
-		case '\\', '/', '"':
-			dst = append(dst, s[i])
-		case 'b':
-			dst = append(dst, '\b')
-		case 'f':
-			dst = append(dst, '\f')
-		case 'n':
-			dst = append(dst, '\n')
-		case 'r':
-			dst = append(dst, '\r')
-		case 't':
-			dst = append(dst, '\t')
-		case 'u':
-			if i+5 > len(s) {
-				return dst
-			}
-			r := hex4(s[i+1:])
-			i += 4
-			if r >= 0xD800 && r < 0xDC00 && i+6 < len(s) && s[i+1] == '\\' && s[i+2] == 'u' {
-				if r2 := hex4(s[i+3:]); r2 >= 0xDC00 && r2 < 0xE000 {
-					r = utf16.DecodeRune(r, r2)
-					i += 6
-				}
-			}
-			dst = utf8.AppendRune(dst, r)
-		default:
-			return dst
-		}
-	}
-	return dst
-}
-
-func hex4(s string) rune {
-	if len(s) < 4 {
-		return utf8.RuneError
-	}
-	var r rune
-	for i := 0; i < 4; i++ {
-		c := s[i]
-		switch {
-		case c >= '0' && c <= '9':
-			c -= '0'
-		case c >= 'a' && c <= 'f':
-			c -= 'a' - 10
-		case c >= 'A' && c <= 'F':
-			c -= 'A' - 10
-		default:
-			return utf8.RuneError
-		}
-		r = r<<4 | rune(c)
-	}
-	return r
+	return jsonscan.AppendUnescaped(dst, raw[1:len(raw)-1])
 }
 
 // appendString appends s as a JSON string.
