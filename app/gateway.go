@@ -226,7 +226,11 @@ func openStore(c config.Store) (store.Store, accounting.Book, pipeline.RunLock, 
 		}
 		return st, book, st, nil
 	}
-	st, err := store.OpenBolt(c.DataDir)
+	sync, err := store.ParseSync(c.Sync)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	st, err := store.OpenBoltWith(c.DataDir, store.BoltOptions{Sync: sync, SyncEvery: c.SyncInterval})
 	if err != nil {
 		return nil, nil, nil, err
 	}

@@ -123,6 +123,13 @@ type Store struct {
 	// RedisPrefix prefixes every Redis key (default "haltline:"), so that
 	// several gateways can share one Redis.
 	RedisPrefix string `yaml:"redis_prefix"`
+	// Sync is when the embedded store acknowledges a write: "interval"
+	// (default: once the kernel holds it, which a process crash or restart
+	// cannot lose; fsynced every SyncInterval, which bounds a power loss) or
+	// "always" (once fsynced).
+	Sync string `yaml:"sync"`
+	// SyncInterval is the fsync period of "interval" (default 100ms).
+	SyncInterval time.Duration `yaml:"sync_interval"`
 }
 
 // Limits bound sizes and waits.
@@ -152,7 +159,7 @@ func Default() Config {
 			OpenAI:    Provider{BaseURL: "https://api.openai.com", APIKeyEnv: "OPENAI_API_KEY"},
 			Anthropic: Provider{BaseURL: "https://api.anthropic.com", APIKeyEnv: "ANTHROPIC_API_KEY"},
 		},
-		Store: Store{DataDir: "./haltline-data"},
+		Store: Store{DataDir: "./haltline-data", Sync: "interval", SyncInterval: 100 * time.Millisecond},
 		Limits: Limits{
 			MaxBodyBytes:     32 << 20,
 			MaxResponseBytes: 64 << 20,
@@ -267,6 +274,14 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("store.redis_url: not a redis:// URL"))
 		}
 	}
+	switch c.Store.Sync {
+	case "", "interval", "always":
+	default:
+		errs = append(errs, fmt.Errorf("store.sync: %q is not interval or always", c.Store.Sync))
+	}
+	if c.Store.SyncInterval < 0 {
+		errs = append(errs, errors.New("store.sync_interval: must be positive"))
+	}
 	if c.Limits.MaxBodyBytes <= 0 {
 		errs = append(errs, errors.New("limits.max_body_bytes: must be positive"))
 	}
@@ -315,6 +330,7 @@ var serveFlagNames = []struct{ name, usage string }{
 	{"prices", "price catalog file"},
 	{"data-dir", "embedded store directory"},
 	{"redis-url", "Redis URL for the shared store"},
+	{"store-sync", "when the embedded store acknowledges a write: interval (default) or always (fsync first)"},
 }
 
 // NewServeFlags registers the serve flags on fs.
@@ -352,6 +368,7 @@ func (f *ServeFlags) Build(getenv func(string) string) (Config, error) {
 	apply("prices", &c.Prices)
 	apply("data-dir", &c.Store.DataDir)
 	apply("redis-url", &c.Store.RedisURL)
+	apply("store-sync", &c.Store.Sync)
 	for _, p := range []*Provider{&c.Providers.OpenAI, &c.Providers.Anthropic} {
 		p.BaseURL = strings.TrimSuffix(strings.TrimRight(p.BaseURL, "/"), "/v1")
 	}

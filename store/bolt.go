@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -13,22 +15,98 @@ import (
 // MaxBatch bounds the ops committed in one transaction.
 const MaxBatch = 4096
 
-// Bolt is the embedded store: one bbolt file, written by a single goroutine
-// in group commits.
-type Bolt struct {
-	db *bolt.DB
-	*GroupCommitter
+// Sync says when a write counts as committed.
+type Sync int
+
+const (
+	// SyncInterval commits a write once its log record is written: the
+	// kernel holds it, so a crash, a kill or a restart of the process loses
+	// nothing. The log is fsynced every SyncEvery, which bounds what a power
+	// loss or a kernel crash can take.
+	SyncInterval Sync = iota
+	// SyncAlways commits a write once the log is fsynced: nothing acknowledged
+	// is lost even on a power loss, at the cost of an fsync per group commit.
+	SyncAlways
+)
+
+// ParseSync reads the configuration's name of a sync policy.
+func ParseSync(s string) (Sync, error) {
+	switch s {
+	case "", "interval":
+		return SyncInterval, nil
+	case "always":
+		return SyncAlways, nil
+	}
+	return 0, fmt.Errorf("store: sync %q is not interval or always", s)
 }
 
-// OpenBolt opens (or creates) dir/haltline.db.
-func OpenBolt(dir string) (*Bolt, error) {
+// BoltOptions tune the embedded store; zero values take the defaults.
+type BoltOptions struct {
+	Sync Sync
+	// SyncEvery is the log's fsync period under SyncInterval (default 100 ms).
+	SyncEvery time.Duration
+	// CheckpointEvery is how often the bbolt file catches up with the log
+	// (default 500 ms); CheckpointOps forces one sooner (default 8192 ops).
+	CheckpointEvery time.Duration
+	CheckpointOps   int
+}
+
+func (o *BoltOptions) defaults() {
+	if o.SyncEvery <= 0 {
+		o.SyncEvery = 100 * time.Millisecond
+	}
+	if o.CheckpointEvery <= 0 {
+		o.CheckpointEvery = 500 * time.Millisecond
+	}
+	if o.CheckpointOps <= 0 {
+		o.CheckpointOps = 8192
+	}
+}
+
+// Bolt is the embedded store: a write-ahead log in front of one bbolt file.
+// Group commits append to the log (cheap, on the call path); a background
+// checkpoint moves them into bbolt in one transaction (costly, off it), and
+// reads see the log's writes through an in-memory overlay until then.
+type Bolt struct {
+	db   *bolt.DB
+	dir  string
+	opts BoltOptions
+	*GroupCommitter
+
+	buf []byte // the writer goroutine's record buffer
+
+	// walMu orders the writer's appends against the checkpoint's switch
+	// to a new segment.
+	walMu sync.Mutex
+	seg   *segment
+	dirty bool // written since the last fsync
+
+	// ovMu guards the overlays; reads take it shared.
+	ovMu   sync.RWMutex
+	active *overlay
+	frozen []*overlay // being checkpointed, oldest first
+	sealed []*segment // the segments of frozen
+
+	nudge   chan struct{}
+	stop    chan struct{}
+	stopped chan struct{}
+	bgErr   atomic.Pointer[error]
+}
+
+// OpenBolt opens (or creates) dir/haltline.db with the default options.
+func OpenBolt(dir string) (*Bolt, error) { return OpenBoltWith(dir, BoltOptions{}) }
+
+// OpenBoltWith opens (or creates) dir/haltline.db, replays the log left by
+// the last process into it and starts a new log.
+func OpenBoltWith(dir string, opts BoltOptions) (*Bolt, error) {
+	opts.defaults()
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
 	db, err := bolt.Open(filepath.Join(dir, "haltline.db"), 0o600, &bolt.Options{
 		Timeout: 2 * time.Second,
 		// The freelist is rebuilt on open instead of written at every
-		// commit, and kept as a hashmap: commits are on the call path.
+		// commit, and kept as a hashmap.
 		NoFreelistSync: true,
 		FreelistType:   bolt.FreelistMapType,
 	})
@@ -47,37 +125,222 @@ func OpenBolt(dir string) (*Bolt, error) {
 		db.Close()
 		return nil, err
 	}
-	s := &Bolt{db: db}
+	next, err := replayLog(db, dir)
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("replay store log: %w", err)
+	}
+	seg, err := createSegment(dir, next)
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("store log: %w", err)
+	}
+	s := &Bolt{db: db, dir: dir, opts: opts, seg: seg, active: newOverlay(),
+		nudge: make(chan struct{}, 1), stop: make(chan struct{}), stopped: make(chan struct{})}
 	s.GroupCommitter = NewGroupCommitter(s.commit)
+	go s.background()
 	return s, nil
 }
 
-// commit applies the batches in one bbolt transaction: one fsync.
+// replayLog applies the segments left in dir to the bbolt file, oldest
+// first, deletes them, and returns the next segment number.
+func replayLog(db *bolt.DB, dir string) (uint64, error) {
+	seqs, err := listSegments(dir)
+	if err != nil {
+		return 0, err
+	}
+	for _, seq := range seqs {
+		// A segment holds one checkpoint period of writes: read whole.
+		data, err := os.ReadFile(segmentPath(dir, seq))
+		if err != nil {
+			return 0, err
+		}
+		err = db.Update(func(tx *bolt.Tx) error {
+			_, err := readRecords(data, func(payload []byte) error {
+				return decodeOps(payload, func(op Op) error { return applyOp(tx, op) })
+			})
+			return err
+		})
+		if err != nil {
+			return 0, fmt.Errorf("segment %d: %w", seq, err)
+		}
+	}
+	// Only once everything is in bbolt (fsynced by its commit) may the
+	// segments go; a crash before this line replays them again, harmlessly.
+	for _, seq := range seqs {
+		if err := os.Remove(segmentPath(dir, seq)); err != nil {
+			return 0, err
+		}
+	}
+	if len(seqs) == 0 {
+		return 1, nil
+	}
+	return seqs[len(seqs)-1] + 1, nil
+}
+
+func applyOp(tx *bolt.Tx, op Op) error {
+	b := tx.Bucket([]byte(op.Bucket))
+	if b == nil {
+		return fmt.Errorf("store: no bucket %q", op.Bucket)
+	}
+	if op.Value == nil {
+		return b.Delete(op.Key)
+	}
+	return b.Put(op.Key, op.Value)
+}
+
+// commit is the group committer's write: one log record for every batch
+// queued. The overlay keeps the ops' slices, which Apply's callers hand over.
 func (s *Bolt) commit(batches [][]Op) error {
-	return s.db.Update(func(tx *bolt.Tx) error {
-		for _, ops := range batches {
-			for _, op := range ops {
-				b := tx.Bucket([]byte(op.Bucket))
-				if b == nil {
-					return fmt.Errorf("store: no bucket %q", op.Bucket)
-				}
-				var err error
-				if op.Value == nil {
-					err = b.Delete(op.Key)
-				} else {
-					err = b.Put(op.Key, op.Value)
-				}
-				if err != nil {
-					return err
+	rec, err := appendRecord(s.buf[:0], batches)
+	if err != nil {
+		return err
+	}
+	if cap(rec) <= 1<<20 {
+		s.buf = rec
+	}
+	s.walMu.Lock()
+	err = s.seg.write(rec)
+	if err == nil && s.opts.Sync == SyncAlways {
+		err = s.seg.f.Sync()
+	}
+	if err != nil {
+		s.walMu.Unlock()
+		return err
+	}
+	s.dirty = s.opts.Sync == SyncInterval
+	s.ovMu.Lock()
+	s.active.apply(batches)
+	full := s.active.ops >= s.opts.CheckpointOps
+	s.ovMu.Unlock()
+	s.walMu.Unlock()
+	if full {
+		select {
+		case s.nudge <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
+
+// background fsyncs the log on its period and checkpoints.
+func (s *Bolt) background() {
+	defer close(s.stopped)
+	tick := time.NewTicker(min(s.opts.SyncEvery, s.opts.CheckpointEvery))
+	defer tick.Stop()
+	lastCheckpoint := time.Now()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-s.nudge:
+		case <-tick.C:
+			s.syncLog()
+			if time.Since(lastCheckpoint) < s.opts.CheckpointEvery {
+				continue
+			}
+		}
+		s.report(s.checkpoint())
+		lastCheckpoint = time.Now()
+	}
+}
+
+func (s *Bolt) report(err error) {
+	if err != nil {
+		s.bgErr.Store(&err)
+	} else {
+		s.bgErr.Store(nil)
+	}
+}
+
+// syncLog fsyncs the active segment when it was written since.
+func (s *Bolt) syncLog() {
+	s.walMu.Lock()
+	seg, dirty := s.seg, s.dirty
+	s.dirty = false
+	s.walMu.Unlock()
+	if dirty {
+		// Only this goroutine closes segments, so seg stays open.
+		if err := seg.f.Sync(); err != nil {
+			s.report(err)
+		}
+	}
+}
+
+// checkpoint moves the log's writes into the bbolt file: it seals the
+// active segment and overlay, commits the sealed overlays in one bbolt
+// transaction (fsynced), then drops them and deletes their segments. On a
+// failure they stay, readable, and the next checkpoint tries again.
+func (s *Bolt) checkpoint() error {
+	s.ovMu.RLock()
+	empty := s.active.ops == 0 && len(s.frozen) == 0
+	s.ovMu.RUnlock()
+	if empty {
+		return nil
+	}
+	s.walMu.Lock()
+	if s.active.ops > 0 {
+		next, err := createSegment(s.dir, s.seg.seq+1)
+		if err != nil {
+			s.walMu.Unlock()
+			return fmt.Errorf("store log: %w", err)
+		}
+		s.ovMu.Lock()
+		s.frozen = append(s.frozen, s.active)
+		s.sealed = append(s.sealed, s.seg)
+		s.active = newOverlay()
+		s.ovMu.Unlock()
+		s.seg, s.dirty = next, false
+	}
+	s.walMu.Unlock()
+
+	s.ovMu.RLock()
+	frozen := s.frozen
+	s.ovMu.RUnlock()
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		for _, o := range frozen {
+			for b, m := range o.buckets {
+				for k, v := range m {
+					if err := applyOp(tx, Op{Bucket: b, Key: []byte(k), Value: v}); err != nil {
+						return err
+					}
 				}
 			}
 		}
 		return nil
 	})
+	if err != nil {
+		return fmt.Errorf("store checkpoint: %w", err)
+	}
+	s.ovMu.Lock()
+	sealed := s.sealed
+	s.frozen, s.sealed = s.frozen[len(frozen):], nil
+	s.ovMu.Unlock()
+	for _, seg := range sealed {
+		seg.f.Close()
+		if err := os.Remove(seg.path); err != nil {
+			return fmt.Errorf("store log: %w", err)
+		}
+	}
+	return nil
+}
+
+// layers returns the overlays, oldest first; the caller holds ovMu.
+func (s *Bolt) layers() []*overlay {
+	return append(append(make([]*overlay, 0, len(s.frozen)+1), s.frozen...), s.active)
 }
 
 // Get implements Store.
 func (s *Bolt) Get(b Bucket, key []byte) ([]byte, error) {
+	s.ovMu.RLock()
+	layers := s.layers()
+	for i := len(layers) - 1; i >= 0; i-- {
+		if v, ok := layers[i].get(b, key); ok {
+			s.ovMu.RUnlock()
+			return bytes.Clone(v), nil
+		}
+	}
+	s.ovMu.RUnlock()
 	var out []byte
 	err := s.db.View(func(tx *bolt.Tx) error {
 		bk := tx.Bucket([]byte(b))
@@ -99,18 +362,25 @@ func (s *Bolt) Scan(b Bucket, fn func(key, value []byte) error) error {
 
 // ScanPrefix implements Store.
 func (s *Bolt) ScanPrefix(b Bucket, prefix []byte, fn func(key, value []byte) error) error {
+	s.ovMu.RLock()
+	over := layered(s.layers(), b, prefix)
+	s.ovMu.RUnlock()
 	return s.db.View(func(tx *bolt.Tx) error {
 		bk := tx.Bucket([]byte(b))
 		if bk == nil {
 			return fmt.Errorf("store: no bucket %q", b)
 		}
 		c := bk.Cursor()
-		for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
-			if err := fn(k, v); err != nil {
-				return err
+		k, v := c.Seek(prefix)
+		next := func() ([]byte, []byte) {
+			if k == nil || !bytes.HasPrefix(k, prefix) {
+				return nil, nil
 			}
+			rk, rv := k, v
+			k, v = c.Next()
+			return rk, rv
 		}
-		return nil
+		return mergeScan(over, next, fn)
 	})
 }
 
@@ -119,13 +389,40 @@ func (s *Bolt) Healthy() error {
 	if s.Closed() {
 		return ErrClosed
 	}
-	return s.LastError()
+	if err := s.LastError(); err != nil {
+		return err
+	}
+	if p := s.bgErr.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
-// Close implements Store.
+// Close implements Store: what is queued is committed, and the log is
+// checkpointed into the bbolt file.
 func (s *Bolt) Close() error {
 	if !s.GroupCommitter.Close() {
 		return nil
 	}
-	return s.db.Close()
+	close(s.stop)
+	<-s.stopped
+	err := s.checkpoint()
+	if err == nil {
+		s.seg.f.Close()
+		err = os.Remove(s.seg.path)
+	}
+	if cerr := s.db.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// abandon stops the store the way a killed process would: the log stays
+// as it is, not checkpointed. Tests use it to exercise the replay.
+func (s *Bolt) abandon() {
+	s.GroupCommitter.Close()
+	close(s.stop)
+	<-s.stopped
+	s.seg.f.Close()
+	s.db.Close()
 }

@@ -1,0 +1,94 @@
+package store
+
+import (
+	"bytes"
+	"slices"
+	"strings"
+)
+
+// overlay holds the writes that are in the log but not yet in the bbolt
+// file, so that reads see every committed write. A nil value is a delete.
+type overlay struct {
+	buckets map[Bucket]map[string][]byte
+	ops     int
+}
+
+func newOverlay() *overlay { return &overlay{buckets: map[Bucket]map[string][]byte{}} }
+
+func (o *overlay) apply(batches [][]Op) {
+	for _, ops := range batches {
+		for _, op := range ops {
+			m := o.buckets[op.Bucket]
+			if m == nil {
+				m = map[string][]byte{}
+				o.buckets[op.Bucket] = m
+			}
+			m[string(op.Key)] = op.Value
+			o.ops++
+		}
+	}
+}
+
+// get reports the overlay's value of key: found is false when the overlay
+// does not know the key, value is nil for a delete.
+func (o *overlay) get(b Bucket, key []byte) (value []byte, found bool) {
+	value, found = o.buckets[b][string(key)]
+	return value, found
+}
+
+// kv is one record of a merged scan.
+type kv struct {
+	key   string
+	value []byte // nil: deleted
+}
+
+// layered returns the records of the overlays (oldest first, later ones
+// win) under prefix, sorted by key.
+func layered(layers []*overlay, b Bucket, prefix []byte) []kv {
+	var merged map[string][]byte
+	pre := string(prefix)
+	for _, o := range layers {
+		for k, v := range o.buckets[b] {
+			if !strings.HasPrefix(k, pre) {
+				continue
+			}
+			if merged == nil {
+				merged = map[string][]byte{}
+			}
+			merged[k] = v
+		}
+	}
+	out := make([]kv, 0, len(merged))
+	for k, v := range merged {
+		out = append(out, kv{k, v})
+	}
+	slices.SortFunc(out, func(a, b kv) int { return strings.Compare(a.key, b.key) })
+	return out
+}
+
+// mergeScan walks the sorted overlay records and a sorted base cursor
+// together: the overlay wins on equal keys, and its deletes hide the base.
+func mergeScan(over []kv, next func() (k, v []byte), fn func(k, v []byte) error) error {
+	k, v := next()
+	for k != nil || len(over) > 0 {
+		switch {
+		case len(over) > 0 && (k == nil || bytes.Compare([]byte(over[0].key), k) <= 0):
+			if k != nil && over[0].key == string(k) {
+				k, v = next()
+			}
+			o := over[0]
+			over = over[1:]
+			if o.value != nil {
+				if err := fn([]byte(o.key), o.value); err != nil {
+					return err
+				}
+			}
+		default:
+			if err := fn(k, v); err != nil {
+				return err
+			}
+			k, v = next()
+		}
+	}
+	return nil
+}

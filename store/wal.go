@@ -1,0 +1,213 @@
+package store
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// The write-ahead log in front of the bbolt file. A group commit is one
+// record appended to the active segment with one write(2): once it returns,
+// the commit survives a crash or a restart of the process (the kernel holds
+// it). The log is fsynced by the sync policy; the bbolt file catches up at
+// checkpoints, after which the segments it absorbed are deleted.
+//
+// A record:   u32 payload length | u32 CRC-32C of the payload | payload
+// A payload:  ops, each  u8 bucket index | uvarint key length | key |
+//                        uvarint (value length + 1, 0 for a delete) | value
+//
+// A record whose length or checksum does not hold (a write torn by a power
+// loss) ends the segment: nothing after it is replayed, and the group it
+// held is lost as a whole, never half applied.
+
+const (
+	walHeader = 8
+	// maxRecord bounds one commit's record (the length field is 32 bits).
+	maxRecord = 1 << 30
+	segPrefix = "wal-"
+	segSuffix = ".log"
+)
+
+var (
+	castagnoli = crc32.MakeTable(crc32.Castagnoli)
+	errTorn    = errors.New("store: corrupt log record")
+)
+
+// bucketIndex numbers the buckets in the log; the order of AllBuckets is
+// part of the file format.
+func bucketIndex(b Bucket) (byte, bool) {
+	i := slices.Index(AllBuckets, b)
+	return byte(i), i >= 0
+}
+
+// appendRecord encodes the batches as one record after dst.
+func appendRecord(dst []byte, batches [][]Op) ([]byte, error) {
+	start := len(dst)
+	dst = append(dst, make([]byte, walHeader)...)
+	for _, ops := range batches {
+		for _, op := range ops {
+			bi, ok := bucketIndex(op.Bucket)
+			if !ok {
+				return dst[:start], fmt.Errorf("store: no bucket %q", op.Bucket)
+			}
+			dst = append(dst, bi)
+			dst = binary.AppendUvarint(dst, uint64(len(op.Key)))
+			dst = append(dst, op.Key...)
+			if op.Value == nil {
+				dst = append(dst, 0)
+				continue
+			}
+			dst = binary.AppendUvarint(dst, uint64(len(op.Value))+1)
+			dst = append(dst, op.Value...)
+		}
+	}
+	payload := dst[start+walHeader:]
+	if len(payload) > maxRecord {
+		return dst[:start], fmt.Errorf("store: a commit of %d bytes exceeds the log's record bound", len(payload))
+	}
+	binary.LittleEndian.PutUint32(dst[start:], uint32(len(payload)))
+	binary.LittleEndian.PutUint32(dst[start+4:], crc32.Checksum(payload, castagnoli))
+	return dst, nil
+}
+
+// decodeOps calls fn for every op of a payload. Keys and values alias the
+// payload.
+func decodeOps(payload []byte, fn func(Op) error) error {
+	for len(payload) > 0 {
+		bi := int(payload[0])
+		if bi >= len(AllBuckets) {
+			return errTorn
+		}
+		payload = payload[1:]
+		kl, n := binary.Uvarint(payload)
+		if n <= 0 || kl > uint64(len(payload)-n) {
+			return errTorn
+		}
+		key := payload[n : n+int(kl)]
+		payload = payload[n+int(kl):]
+		vl, n := binary.Uvarint(payload)
+		if n <= 0 || (vl > 0 && vl-1 > uint64(len(payload)-n)) {
+			return errTorn
+		}
+		op := Op{Bucket: AllBuckets[bi], Key: key}
+		payload = payload[n:]
+		if vl > 0 {
+			op.Value = payload[:vl-1]
+			payload = payload[vl-1:]
+		}
+		if err := fn(op); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readRecords calls fn with the payload of every whole record of a
+// segment's bytes, in order, and stops quietly at the first torn one. It
+// reports the bytes of whole records. Payloads alias data, which must
+// outlive their use (bbolt keeps the slices it is given until its
+// transaction ends).
+func readRecords(data []byte, fn func(payload []byte) error) (int, error) {
+	good := 0
+	for rest := data; len(rest) >= walHeader; {
+		n := binary.LittleEndian.Uint32(rest[:4])
+		if uint64(n) > uint64(len(rest)-walHeader) {
+			break
+		}
+		payload := rest[walHeader : walHeader+int(n)]
+		if crc32.Checksum(payload, castagnoli) != binary.LittleEndian.Uint32(rest[4:8]) {
+			break
+		}
+		if decodeOps(payload, func(Op) error { return nil }) != nil {
+			break
+		}
+		if err := fn(payload); err != nil {
+			return good, err
+		}
+		good += walHeader + int(n)
+		rest = rest[walHeader+int(n):]
+	}
+	return good, nil
+}
+
+// segment is one log file.
+type segment struct {
+	seq  uint64
+	path string
+	f    *os.File
+	size int64 // bytes of whole records
+}
+
+func segmentPath(dir string, seq uint64) string {
+	return filepath.Join(dir, fmt.Sprintf("%s%016x%s", segPrefix, seq, segSuffix))
+}
+
+// listSegments returns the log segments of dir, oldest first.
+func listSegments(dir string) ([]uint64, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var seqs []uint64
+	for _, e := range entries {
+		name := e.Name()
+		if !strings.HasPrefix(name, segPrefix) || !strings.HasSuffix(name, segSuffix) {
+			continue
+		}
+		seq, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimPrefix(name, segPrefix), segSuffix), 16, 64)
+		if err != nil {
+			continue
+		}
+		seqs = append(seqs, seq)
+	}
+	slices.Sort(seqs)
+	return seqs, nil
+}
+
+// createSegment creates an empty segment and makes its name durable.
+func createSegment(dir string, seq uint64) (*segment, error) {
+	path := segmentPath(dir, seq)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := syncDir(dir); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return &segment{seq: seq, path: path, f: f}, nil
+}
+
+// syncDir makes the directory's entries durable (a new segment's name).
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// write appends a record; a failed or short write is cut off again, so the
+// next record starts on a record boundary.
+func (s *segment) write(rec []byte) error {
+	n, err := s.f.Write(rec)
+	if err == nil && n < len(rec) {
+		err = io.ErrShortWrite
+	}
+	if err != nil {
+		if terr := s.f.Truncate(s.size); terr != nil {
+			return errors.Join(err, terr)
+		}
+		return err
+	}
+	s.size += int64(n)
+	return nil
+}
