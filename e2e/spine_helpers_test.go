@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"path"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -157,6 +158,11 @@ func spCheckRunHeaders(t *testing.T, h http.Header, step string) string {
 	}
 	if step != "" && h.Get("X-Run-Step") != step {
 		t.Errorf("X-Run-Step %q, want %q", h.Get("X-Run-Step"), step)
+	}
+	// The gateway's own time on the call (issue 10): milliseconds, below
+	// the whole call's time as the test sees it (generous: a loaded CI).
+	if ms, err := strconv.ParseFloat(h.Get("X-Haltline-Overhead-Ms"), 64); err != nil || ms < 0 || ms > 30_000 {
+		t.Errorf("X-Haltline-Overhead-Ms %q", h.Get("X-Haltline-Overhead-Ms"))
 	}
 	if t.Failed() {
 		t.FailNow()

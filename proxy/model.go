@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -20,6 +21,7 @@ import (
 
 // model governs one model call: Begin, forward, relay, Finish.
 func (s *Server) model(ctx *fasthttp.RequestCtx, codec wire.Codec, prov *config.Provider) {
+	received := time.Now()
 	principal, ok := s.credential(ctx)
 	if !ok {
 		writeAnswer(ctx, &pipeline.Answer{Status: 401, ContentType: "application/json",
@@ -51,6 +53,7 @@ func (s *Server) model(ctx *fasthttp.RequestCtx, codec wire.Codec, prov *config.
 	if t.Answer != nil {
 		s.p.Finish(bg, t, pipeline.Outcome{})
 		s.p.Headers(t, ctx.Response.Header.Set)
+		setOverhead(ctx, received, 0)
 		writeAnswer(ctx, t.Answer)
 		return
 	}
@@ -69,7 +72,7 @@ func (s *Server) model(ctx *fasthttp.RequestCtx, codec wire.Codec, prov *config.
 	if err != nil {
 		stopWatch()
 		cancel()
-		s.answerFinish(ctx, t, pipeline.Outcome{Err: err, UpstreamWait: wait})
+		s.answerFinish(ctx, t, pipeline.Outcome{Err: err, UpstreamWait: wait}, received)
 		return
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 || !isEventStream(resp.Header) {
@@ -79,25 +82,29 @@ func (s *Server) model(ctx *fasthttp.RequestCtx, codec wire.Codec, prov *config.
 		cancel()
 		wait = time.Since(start)
 		if rerr != nil {
-			s.answerFinish(ctx, t, pipeline.Outcome{Err: rerr, UpstreamWait: wait})
+			s.answerFinish(ctx, t, pipeline.Outcome{Err: rerr, UpstreamWait: wait}, received)
 			return
 		}
 		out := pipeline.Outcome{Status: resp.StatusCode, Body: body, UpstreamWait: wait, FirstByte: firstByte}
 		if a := s.p.Finish(bg, t, out); a != nil {
 			s.p.Headers(t, ctx.Response.Header.Set)
+			setOverhead(ctx, received, wait)
 			writeAnswer(ctx, a)
 			return
 		}
 		copyHeaders(&ctx.Response.Header, resp.Header)
 		s.p.Headers(t, ctx.Response.Header.Set)
+		setOverhead(ctx, received, wait)
 		ctx.SetStatusCode(resp.StatusCode)
 		ctx.SetBody(body)
 		return
 	}
 
-	// A stream: headers now, then every chunk as it arrives.
+	// A stream: headers now, then every chunk as it arrives. Its overhead
+	// header covers the gateway's time up to the upstream's headers.
 	copyHeaders(&ctx.Response.Header, resp.Header)
 	s.p.Headers(t, ctx.Response.Header.Set)
+	setOverhead(ctx, received, firstByte)
 	ctx.SetStatusCode(resp.StatusCode)
 	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
 		defer cancel()
@@ -159,14 +166,25 @@ func relay(w *bufio.Writer, body io.Reader, t *pipeline.Turn, settle func(pipeli
 
 var chunkPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
-func (s *Server) answerFinish(ctx *fasthttp.RequestCtx, t *pipeline.Turn, out pipeline.Outcome) {
+func (s *Server) answerFinish(ctx *fasthttp.RequestCtx, t *pipeline.Turn, out pipeline.Outcome, received time.Time) {
 	a := s.p.Finish(context.Background(), t, out)
 	s.p.Headers(t, ctx.Response.Header.Set)
+	setOverhead(ctx, received, out.UpstreamWait)
 	if a == nil {
 		a = &pipeline.Answer{Status: 502, ContentType: "application/json",
 			Body: codecFor(string(ctx.Path()), false).ErrorBody(wire.ErrBadGateway, "upstream failed", nil)}
 	}
 	writeAnswer(ctx, a)
+}
+
+// HeaderOverhead is the gateway's own time on a call, in milliseconds: from
+// the request's arrival to its answer's headers, minus the wait on the
+// upstream. The same figure feeds haltline_gateway_overhead_seconds.
+const HeaderOverhead = "X-Haltline-Overhead-Ms"
+
+func setOverhead(ctx *fasthttp.RequestCtx, received time.Time, upstream time.Duration) {
+	d := max(time.Since(received)-upstream, 0)
+	ctx.Response.Header.Set(HeaderOverhead, strconv.FormatFloat(float64(d.Microseconds())/1000, 'f', 3, 64))
 }
 
 func isEventStream(h http.Header) bool {
