@@ -38,6 +38,28 @@ type runBlob struct {
 // control plane) decode with encoding/json: same format.
 func encode(v any) ([]byte, error) { return gojson.Marshal(v) }
 
+// storedEvents reads a run's timeline from the store, in order. A record
+// holds the events of one persist (a JSON array), or one event as written
+// by earlier versions.
+func (p *Pipeline) storedEvents(id string) ([]runstate.Event, error) {
+	var events []runstate.Event
+	err := p.opts.Store.ScanPrefix(store.Events, append([]byte(id), 0), func(_, v []byte) error {
+		if len(v) > 0 && v[0] == '[' {
+			var evs []runstate.Event
+			if json.Unmarshal(v, &evs) == nil {
+				events = append(events, evs...)
+			}
+			return nil
+		}
+		var e runstate.Event
+		if json.Unmarshal(v, &e) == nil {
+			events = append(events, e)
+		}
+		return nil
+	})
+	return events, err
+}
+
 // persistWait bounds how long a call waits for its commit.
 const persistWait = 5 * time.Second
 
@@ -77,9 +99,11 @@ func (p *Pipeline) persist(r *runstate.Run) <-chan error {
 		blob.Context = g.ctx
 		ops = append(ops, g.pending...)
 		g.pending = g.pending[:0]
-		for _, ev := range r.EventsSince(g.savedSeq) {
-			if v, err := encode(ev); err == nil {
-				ops = append(ops, store.Op{Bucket: store.Events, Key: store.EventKey(r.ID, ev.Seq), Value: v})
+		// The events of one persist are one record, keyed by the first's
+		// sequence number: one write instead of one per transition.
+		if evs := r.EventsSince(g.savedSeq); len(evs) > 0 {
+			if v, err := encode(evs); err == nil {
+				ops = append(ops, store.Op{Bucket: store.Events, Key: store.EventKey(r.ID, evs[0].Seq), Value: v})
 			}
 		}
 		g.savedSeq = blob.Run.LastEventSeq
@@ -214,14 +238,7 @@ func (p *Pipeline) Restore(ctx context.Context) (runs int, err error) {
 		if err := json.Unmarshal(v, &b); err != nil {
 			return fmt.Errorf("run %q: %w", k, err)
 		}
-		var events []runstate.Event
-		_ = st.ScanPrefix(store.Events, append([]byte(b.Run.ID), 0), func(_, ev []byte) error {
-			var e runstate.Event
-			if json.Unmarshal(ev, &e) == nil {
-				events = append(events, e)
-			}
-			return nil
-		})
+		events, _ := p.storedEvents(b.Run.ID)
 		r := runstate.Restore(b.Run, events, now)
 		g := p.governanceOf(&b)
 		if g.ledger != "" {

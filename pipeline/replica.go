@@ -90,13 +90,7 @@ func (p *Pipeline) getRun(id string) (*runstate.Run, error) {
 	}
 	var events []runstate.Event
 	if !p.shared() { // single replica: the run's timeline comes back with it
-		_ = p.opts.Store.ScanPrefix(store.Events, append([]byte(id), 0), func(_, v []byte) error {
-			var e runstate.Event
-			if json.Unmarshal(v, &e) == nil {
-				events = append(events, e)
-			}
-			return nil
-		})
+		events, _ = p.storedEvents(id)
 	}
 	r := runstate.Restore(b.Run, events, p.now())
 	g := p.governanceOf(&b)
@@ -152,14 +146,7 @@ func (p *Pipeline) Events(id string) ([]runstate.Event, bool, error) {
 	if err != nil || v == nil {
 		return nil, false, err
 	}
-	var evs []runstate.Event
-	err = p.opts.Store.ScanPrefix(store.Events, append([]byte(id), 0), func(_, v []byte) error {
-		var e runstate.Event
-		if json.Unmarshal(v, &e) == nil {
-			evs = append(evs, e)
-		}
-		return nil
-	})
+	evs, err := p.storedEvents(id)
 	return evs, true, err
 }
 
