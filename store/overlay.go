@@ -10,7 +10,7 @@ import (
 // file, so that reads see every committed write. A nil value is a delete.
 type overlay struct {
 	buckets map[Bucket]map[string][]byte
-	ops     int
+	ops     int // distinct keys
 }
 
 func newOverlay() *overlay { return &overlay{buckets: map[Bucket]map[string][]byte{}} }
@@ -23,8 +23,10 @@ func (o *overlay) apply(batches [][]Op) {
 				m = map[string][]byte{}
 				o.buckets[op.Bucket] = m
 			}
+			if _, ok := m[string(op.Key)]; !ok {
+				o.ops++
+			}
 			m[string(op.Key)] = op.Value
-			o.ops++
 		}
 	}
 }

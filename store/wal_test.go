@@ -227,3 +227,49 @@ func FuzzReadRecords(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkCheckpoint moves a harness-like overlay into a bbolt file that
+// already holds many runs: per op, what the background checkpoint costs.
+func BenchmarkCheckpoint(b *testing.B) {
+	s, err := OpenBoltWith(b.TempDir(), slowCheckpoints)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	val := bytes.Repeat([]byte("x"), 1100)
+	ev := bytes.Repeat([]byte("e"), 600)
+	const perRound = 8192
+	n := 0
+	fill := func() {
+		var ops []Op
+		for range perRound / 4 {
+			n++
+			run := fmt.Sprintf("r%d-%08x", n%1024, n*2654435761)
+			ops = append(ops,
+				Op{Bucket: Runs, Key: []byte(run), Value: val},
+				Op{Bucket: Events, Key: EventKey(run, int64(n)), Value: ev},
+				Op{Bucket: Lineage, Key: fmt.Appendf(nil, "call_%08x", n*2246822519), Value: []byte(run)},
+				Op{Bucket: Reservations, Key: fmt.Appendf(nil, "%016x", n)})
+		}
+		if err := <-s.Apply(ops); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for range 10 { // a file with history
+		fill()
+		if err := s.checkpoint(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		b.StopTimer()
+		fill()
+		b.StartTimer()
+		if err := s.checkpoint(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*perRound), "ns/op-moved")
+}
