@@ -1,10 +1,13 @@
 // Command bench is Haltline's load harness (issue 10): it measures what the
-// gateway adds to a model call, black-box, against two references measured
-// in the same run and on the same machine:
+// gateway adds to a model call, black-box, against references measured in
+// the same run and on the same machine:
 //
 //   - direct: the load generator talks to the mock upstream itself;
 //   - floor: a bare httputil.ReverseProxy in front of the same mock, the
 //     least any Go proxy can add;
+//   - nginx, when a binary is found (-nginx): the proxy the issue's stream
+//     target names, one process with upstream keep-alive and unbuffered
+//     responses; a reference like the floor, never checked itself;
 //   - haltline: the real gateway binary, every default feature on (run
 //     tracking, metering, policy, loop guard), plus any -variant.
 //
@@ -37,6 +40,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -70,6 +74,7 @@ type options struct {
 	steps       int
 	slots       int
 	gatewayBin  string
+	nginx       string
 	gatewayArgs string
 	variants    variantFlag
 	anthropic   bool
@@ -117,6 +122,7 @@ func parseOptions(args []string) (options, error) {
 	fs.IntVar(&o.steps, "steps", 4, "model calls per run (the last one gets the final answer)")
 	fs.IntVar(&o.slots, "slots", 1024, "runs in progress at once; consecutive steps of a run are this many requests apart")
 	fs.StringVar(&o.gatewayBin, "gateway-bin", "", "gateway binary (default: go build ./cmd/gateway into a temporary directory)")
+	fs.StringVar(&o.nginx, "nginx", "auto", "nginx binary measured as a reference proxy in the same rounds (\"auto\": nginx in PATH, else "+nginxFallback+", skipped when neither exists; \"\" or \"off\": not measured)")
 	fs.StringVar(&o.gatewayArgs, "gateway-args", "", "extra arguments for `gateway serve` of the haltline target, space separated (e.g. \"--redis-url redis://127.0.0.1:6379\")")
 	fs.Var(&o.variants, "variant", "extra Haltline target name=ARGS measured in the same run (repeatable), e.g. 'redis=--redis-url redis://127.0.0.1:6379'")
 	fs.BoolVar(&o.anthropic, "anthropic", true, "also measure /v1/messages (Anthropic format)")
@@ -147,6 +153,12 @@ func parseOptions(args []string) (options, error) {
 	}
 	if o.rounds < 1 || o.steps < 1 || o.slots < 1 || o.chunks < 1 || o.satMax < 1 {
 		return o, fmt.Errorf("rounds, steps, slots, chunks and sat-max must be positive")
+	}
+	for _, v := range o.variants {
+		// Targets are keyed by name in the results.
+		if slices.Contains([]string{"direct", "floor", "nginx", "haltline"}, v.name) {
+			return o, fmt.Errorf("-variant %s: the name is taken by a built-in target", v.name)
+		}
 	}
 	o.command = "go run ./bench " + strings.Join(args, " ")
 	return o, nil

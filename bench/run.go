@@ -64,6 +64,14 @@ func run(ctx context.Context, o options, out io.Writer) (*report, error) {
 	}
 	defer os.RemoveAll(dir)
 
+	// Resolved before the gateway build so that a wrong -nginx fails at once.
+	ngx, ngxNote, err := findNginx(o.nginx)
+	if err != nil {
+		return nil, err
+	}
+	if ngx != nil {
+		ngxNote = ngx.version + " (" + ngx.path + ")"
+	}
 	bin := o.gatewayBin
 	if bin == "" {
 		fmt.Fprintln(out, "building the gateway (go build ./cmd/gateway)…")
@@ -74,11 +82,12 @@ func run(ctx context.Context, o options, out io.Writer) (*report, error) {
 	gateways := []variant{{name: "haltline", args: o.gatewayArgs}}
 	gateways = append(gateways, o.variants...)
 
-	rep := newReport(o, pl, gateways)
+	rep := newReport(o, pl, gateways, ngx != nil, ngxNote)
 	fmt.Fprintf(out, "placement: %s\n", pl.method())
+	fmt.Fprintf(out, "nginx: %s\n", ngxNote)
 	for i := 0; i < o.rounds; i++ {
 		fmt.Fprintf(out, "round %d of %d\n", i+1, o.rounds)
-		rd, err := runRound(ctx, o, &pl, dir, bin, gateways, i, out)
+		rd, err := runRound(ctx, o, &pl, dir, bin, ngx, gateways, i, out)
 		if rd != nil {
 			rep.Rounds = append(rep.Rounds, rd)
 		}
@@ -97,7 +106,7 @@ func run(ctx context.Context, o options, out io.Writer) (*report, error) {
 	return rep, nil
 }
 
-func runRound(ctx context.Context, o options, pl *placement, dir, bin string, gateways []variant, idx int, out io.Writer) (*round, error) {
+func runRound(ctx context.Context, o options, pl *placement, dir, bin string, ngx *nginxInfo, gateways []variant, idx int, out io.Writer) (*round, error) {
 	rd := &round{Targets: map[string]*targetResult{}}
 	rdir, err := os.MkdirTemp(dir, "round-")
 	if err != nil {
@@ -122,6 +131,11 @@ func runRound(ctx context.Context, o options, pl *placement, dir, bin string, ga
 		{"floor", func() (*proc, error) {
 			return startRole(ctx, pl, rdir, "floor", "-upstream", mock.addrURL())
 		}},
+	}
+	if ngx != nil {
+		starters = append(starters, starter{"nginx", func() (*proc, error) {
+			return startNginx(ctx, pl, rdir, ngx, mock.addr)
+		}})
 	}
 	for _, g := range gateways {
 		starters = append(starters, starter{g.name, func() (*proc, error) {
@@ -165,13 +179,14 @@ func placementLine(name string, pid int) string {
 	return fmt.Sprintf("%s (pid %d): CPUs %s", name, pid, statusField(pid, "Cpus_allowed_list"))
 }
 
-// countErrorLines counts the error-level lines of a JSON or text log.
+// countErrorLines counts the error-level lines of a JSON or text log, or of
+// nginx's error log.
 func countErrorLines(path string) int {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return 0
 	}
-	return strings.Count(string(b), `"level":"ERROR"`) + strings.Count(string(b), "level=ERROR")
+	return strings.Count(string(b), `"level":"ERROR"`) + strings.Count(string(b), "level=ERROR") + nginxErrorLines(b)
 }
 
 // measureTarget runs every phase against one target.
