@@ -1,0 +1,89 @@
+package pipeline_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/haltline/haltline/pipeline"
+	"github.com/haltline/haltline/policy"
+	"github.com/haltline/haltline/store"
+	"github.com/haltline/haltline/wire/openai"
+)
+
+// agentStep builds step k of run: the task and the k tool calls and
+// distinct results so far, as an agent re-sends its history.
+func agentStep(run string, k int) []byte {
+	var b strings.Builder
+	b.WriteString(`{"model":"gpt-4o-mini","max_tokens":512,"tools":[{"type":"function","function":{"name":"search_orders","parameters":{"type":"object","properties":{"page":{"type":"integer"}}}}}],"messages":[{"role":"system","content":"`)
+	b.WriteString(strings.Repeat("You are the order desk assistant. ", 40))
+	b.WriteString(`"},{"role":"user","content":"Find the open orders of customer 4711."}`)
+	for j := range k {
+		fmt.Fprintf(&b, `,{"role":"assistant","content":null,"tool_calls":[{"id":"call_%s_%d","type":"function","function":{"name":"search_orders","arguments":"{\"page\":%d}"}}]}`, run, j, j)
+		fmt.Fprintf(&b, `,{"role":"tool","tool_call_id":"call_%s_%d","content":"page %d: order %d shipped"}`, run, j, j, 1000+37*j)
+	}
+	b.WriteString(`]}`)
+	return []byte(b.String())
+}
+
+// agentAnswer is the model's answer to step k of steps: a tool call, or the
+// final answer at the last step.
+func agentAnswer(run string, k, steps int) []byte {
+	if k == steps-1 {
+		return []byte(finalResponse)
+	}
+	return fmt.Appendf(nil, `{"id":"chatcmpl-%s-%d","object":"chat.completion","created":1,"model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"call_%s_%d","type":"function","function":{"name":"search_orders","arguments":"{\"page\":%d}"}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":900,"completion_tokens":18,"total_tokens":918}}`, run, k, run, k, k)
+}
+
+// BenchmarkAgentLoopPersisted is the per-call cost of the load harness's
+// workload inside the gateway, without network: 1,024 runs of 4 steps in
+// flight, each step continuing its run by X-Run-Id with its history and tool
+// results, every change committed to the embedded store (log + checkpoints).
+func BenchmarkAgentLoopPersisted(b *testing.B) {
+	st, err := store.OpenBolt(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	pol, err := policy.New(context.Background(), policy.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := pipeline.New(pipeline.Options{Policy: pol, Store: st})
+	const slots, steps = 1024, 4
+	type req struct {
+		run  string
+		body []byte
+		resp []byte
+	}
+	// Bodies are built ahead: building them is the agent's work, not ours.
+	var reqs []req
+	for gen := range 8 {
+		for k := range steps {
+			for s := range slots {
+				run := fmt.Sprintf("bench-%d-%d", s, gen)
+				reqs = append(reqs, req{run, agentStep(run, k), agentAnswer(run, k, steps)})
+			}
+		}
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		r := reqs[i%len(reqs)]
+		if i > 0 && i%len(reqs) == 0 {
+			b.StopTimer() // a new generation of run ids
+			for j := range reqs {
+				reqs[j].run += "x"
+			}
+			b.StartTimer()
+		}
+		i++
+		t := p.Begin(ctx, &pipeline.Call{Body: r.body, RunID: r.run}, openai.Chat{})
+		if t.Answer != nil {
+			b.Fatalf("refused: %s", t.Answer.Body)
+		}
+		p.Finish(ctx, t, pipeline.Outcome{Status: 200, Body: r.resp})
+	}
+}
