@@ -104,6 +104,10 @@ type Request struct {
 	ToolResults []ToolResult
 	// Messages is the number of messages (input items) in the history.
 	Messages int
+
+	// Layout is the codec's note of where the large values of the body lie;
+	// a Request built any other way leaves it zero.
+	Layout Layout
 }
 
 // Response is what the gateway reads from a model response, streamed or not.

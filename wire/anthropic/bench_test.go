@@ -59,6 +59,20 @@ func BenchmarkPrepareUpstream200KB(b *testing.B) {
 	}
 }
 
+// BenchmarkPrepareUpstream200KBParsed is the pipeline's case: the request
+// its ParseRequest read comes along, so the history is not read again.
+func BenchmarkPrepareUpstream200KBParsed(b *testing.B) {
+	body := largeRequest(200 << 10)
+	req, err := Messages{}.ParseRequest(body)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		_, _ = Messages{}.PrepareUpstream(body, &req, 1024)
+	}
+}
+
 // BenchmarkTapFeed measures one Feed per SSE event of a text stream, the
 // common case; ns/op and allocs/op are per chunk.
 func BenchmarkTapFeed(b *testing.B) {

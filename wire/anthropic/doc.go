@@ -10,6 +10,8 @@
 // run state or any transport: no fasthttp, gRPC or net/http imports, so the
 // HTTP proxy and Envoy ext_proc reuse it unchanged. It never unmarshals a
 // whole body: requests run to hundreds of kilobytes and are read on every
-// call, so fields are picked with gjson and edited with sjson, and a stream
-// is relayed byte for byte while it is read.
+// call, so the body is walked once skipping values without decoding them
+// (wire/jsonscan), the few values used are read with gjson, an output cap is
+// spliced into the body (sjson for the rarer edits), and a stream is relayed
+// byte for byte while it is read.
 package anthropic

@@ -1,6 +1,7 @@
 package anthropic
 
 import (
+	"bytes"
 	"strconv"
 	"strings"
 
@@ -8,6 +9,7 @@ import (
 	"github.com/tidwall/sjson"
 
 	"github.com/haltline/haltline/wire"
+	"github.com/haltline/haltline/wire/jsonscan"
 )
 
 // minThinkingBudget is Anthropic's smallest thinking.budget_tokens.
@@ -16,11 +18,66 @@ const minThinkingBudget = 1024
 // PrepareUpstream caps max_tokens at maxOutput (Anthropic requires the
 // field, so it is set when absent). The body is returned as it is, same
 // slice, when nothing changes; otherwise a new slice, body is never written.
-func (Messages) PrepareUpstream(body []byte, _ *wire.Request, maxOutput int64) ([]byte, error) {
+func (Messages) PrepareUpstream(body []byte, req *wire.Request, maxOutput int64) ([]byte, error) {
 	if maxOutput <= 0 {
 		return body, nil
 	}
+	if out, ok := spliceMaxTokens(body, req, maxOutput); ok {
+		return out, nil
+	}
 	return capMaxTokens(body, maxOutput)
+}
+
+// spliceMaxTokens is capMaxTokens for the common body, one that carries
+// max_tokens: the new number is spliced in, copying the body once, and the
+// top level is walked stepping over the values req's layout knows (the
+// history) instead of searching the whole body as gjson.Get would. ok is
+// false when the body needs capMaxTokens: no max_tokens, escaped keys (which
+// gjson would match), a structure the walk does not accept.
+func spliceMaxTokens(body []byte, req *wire.Request, maxOutput int64) (out []byte, ok bool) {
+	s := view(body)
+	var layout *wire.Layout
+	if req != nil {
+		layout = &req.Layout
+	}
+	mtStart, mtEnd, thStart, thEnd := -1, -1, -1, -1
+	escaped := false
+	end := jsonscan.Object(s, skipWS(s, 0), false, func(k string, _, v int) int {
+		end := -1
+		if layout != nil {
+			end = layout.End(body, v)
+		}
+		if end < 0 {
+			end = skipValue(s, v)
+		}
+		switch {
+		case strings.IndexByte(k, '\\') >= 0:
+			escaped = true
+		case k == "max_tokens" && mtStart < 0:
+			mtStart, mtEnd = v, end
+		case k == "thinking" && thStart < 0:
+			thStart, thEnd = v, end
+		}
+		return end
+	})
+	if end < 0 || escaped || mtStart < 0 || !jsonscan.Valid(s[mtStart:mtEnd]) {
+		return nil, false
+	}
+	mt := gjson.Parse(s[mtStart:mtEnd])
+	if mt.Type == gjson.Number && mt.Int() > 0 && mt.Int() <= maxOutput {
+		return body, true
+	}
+	var num [20]byte
+	digits := strconv.AppendInt(num[:0], maxOutput, 10)
+	out = bytes.Join([][]byte{body[:mtStart], digits, body[mtEnd:]}, nil)
+	if thStart >= 0 {
+		th := gjson.Parse(s[thStart:thEnd])
+		if th.Get("type").Str == "enabled" && th.Get("budget_tokens").Int() >= maxOutput {
+			out, err := fitThinking(out, maxOutput)
+			return out, err == nil
+		}
+	}
+	return out, true
 }
 
 // capMaxTokens lowers max_tokens to maxOutput and keeps an extended-thinking

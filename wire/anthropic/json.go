@@ -184,3 +184,15 @@ func skipString(s string, i int) int { return jsonscan.SkipString(s, i) }
 
 // skipValue returns the index after the JSON value starting at s[i], or -1.
 func skipValue(s string, i int) int { return jsonscan.SkipValue(s, i) }
+
+// skipChecked is skipValue for the values of a structure ParseRequest
+// walks: strings and containers are only delimited, but a number or a
+// literal, short, is checked, so that a stray byte after one (0") cannot
+// pass for part of it and shift what the walk reads next.
+func skipChecked(s string, i int) int {
+	switch s[i] {
+	case '"', '{', '[':
+		return jsonscan.SkipValue(s, i)
+	}
+	return jsonscan.ValidValue(s, i)
+}

@@ -2,10 +2,12 @@ package anthropic
 
 import (
 	"errors"
+	"strings"
 
 	"github.com/tidwall/gjson"
 
 	"github.com/haltline/haltline/wire"
+	"github.com/haltline/haltline/wire/jsonscan"
 )
 
 // Errors of ParseRequest and WrapUp (the caller renders them as 400), and of
@@ -17,68 +19,60 @@ var (
 	ErrNotResponse = errors.New("anthropic: response body is not a JSON object")
 )
 
-// ParseRequest reads the fields of wire.Request from a Messages request. It
-// walks a zero-copy view of the body: the top level once without decoding
-// any value, the messages array once reading only each role (gjson), and the
-// content of the last assistant message and of the messages after it.
-// Strings are copied into one allocation; ToolResults[].Content aliases body
-// where it can (no escape sequences) and is read-only.
+// ParseRequest reads the fields of wire.Request from a Messages request in
+// one pass over a zero-copy view of the body: the top level and the
+// messages array are walked, each message read for its role and content
+// and every other value only delimited (strings skipped from quote to
+// quote, never decoded); then the content of the last assistant message
+// and of the messages after it is read. The structure walked is checked;
+// a body malformed inside a value is rejected by Anthropic itself. Strings
+// are copied into one allocation; ToolResults[].Content aliases body where
+// it can (no escape sequences) and is read-only.
 func (Messages) ParseRequest(body []byte) (wire.Request, error) {
 	req := wire.Request{API: wire.APIMessages, BodyBytes: len(body)}
-	// The top level is walked with members, which checks its structure and
-	// skips values without decoding them. A full gjson.Valid pass would
-	// double the cost of a 200 KB body; a body malformed deeper inside is
-	// rejected by Anthropic itself, and gjson never fails on it here.
+	s := view(body)
 	var modelRaw, msgsRaw string
-	ok := members(view(body), func(k, v string) bool {
-		switch k {
+	var h history
+	end := jsonscan.Object(s, skipWS(s, 0), false, func(k string, _, v int) int {
+		var end int
+		if k == "messages" && s[v] == '[' {
+			// The last messages member is the one read.
+			h = history{}
+			end = h.read(s, v)
+		} else {
+			end = skipChecked(s, v)
+		}
+		if end < 0 {
+			return -1
+		}
+		switch val := s[v:end]; k {
 		case "model":
-			modelRaw = v
+			modelRaw = val
 		case "messages":
-			msgsRaw = v
+			msgsRaw = val
 		case "stream":
-			req.Stream = v == "true"
+			req.Stream = val == "true"
 		case "max_tokens":
-			if mt := gjson.Parse(v); mt.Type == gjson.Number {
+			if mt := gjson.Parse(val); mt.Type == gjson.Number {
 				req.MaxOutputTokens = mt.Int()
 			}
 		case "tools":
-			req.HasTools = nonEmptyArray(gjson.Parse(v))
+			req.HasTools = nonEmptyArray(gjson.Parse(val))
 		}
-		return true
+		req.Layout.Note(body, v, end)
+		return end
 	})
-	if !ok {
+	if end < 0 || skipWS(s, end) != len(s) {
 		return req, ErrNotObject
 	}
 	model := gjson.Parse(modelRaw)
 	if model.Type != gjson.String || model.Str == "" {
 		return req, ErrNoModel
 	}
-	messages := gjson.Parse(msgsRaw)
-	if !messages.IsArray() {
+	if len(msgsRaw) == 0 || msgsRaw[0] != '[' {
 		return req, ErrNoMessages
 	}
-
-	// One pass over the history: count, and keep the last assistant message
-	// and the messages after it. Only "role" is read, so long contents are
-	// skipped, not unescaped.
-	var (
-		last    gjson.Result
-		hasLast bool
-		tailBuf [4]gjson.Result
-		tail    = tailBuf[:0]
-	)
-	messages.ForEach(func(_, m gjson.Result) bool {
-		req.Messages++
-		switch m.Get("role").Str {
-		case "assistant":
-			last, hasLast = m, true
-			tail = tail[:0]
-		case "user":
-			tail = append(tail, m)
-		}
-		return true
-	})
+	req.Messages = h.n
 
 	var (
 		sb    [512]byte
@@ -90,12 +84,12 @@ func (Messages) ParseRequest(body []byte) (wire.Request, error) {
 		trs   = trBuf[:0]
 	)
 	strs, modelSpan := addSpan(strs, model.Str)
-	if hasLast {
+	if h.hasLast {
 		var tb [1024]byte
 		text := tb[:0]
 		// Text is taken raw and unescaped into a stack buffer: gjson would
 		// allocate a decoded copy of each string only to hash it.
-		content := rawContent(last)
+		content := rawContent(h.last)
 		switch {
 		case content.Type == gjson.String:
 			text = appendUnescaped(text, strBody(content.Raw))
@@ -115,8 +109,8 @@ func (Messages) ParseRequest(body []byte) (wire.Request, error) {
 	} else {
 		req.NewUserTurn = true
 	}
-	for _, m := range tail {
-		content := rawContent(m)
+	for i := range h.tailN {
+		content := rawContent(h.tailAt(i))
 		if content.Type == gjson.String {
 			req.NewUserTurn = true
 			continue
@@ -151,10 +145,93 @@ func (Messages) ParseRequest(body []byte) (wire.Request, error) {
 	return req, nil
 }
 
+// history is what the lineage needs of the messages array: its length, and
+// the raw content of the last assistant message and of the user messages
+// after it. A message is read for its role and content only.
+type history struct {
+	n       int
+	last    string // content of the last assistant message
+	hasLast bool
+	// The contents of the user messages after it: the first few in an
+	// array of the struct, so that a parse allocates nothing for them.
+	tail  [4]string
+	more  []string
+	tailN int
+}
+
+func (h *history) addTail(c string) {
+	if h.tailN < len(h.tail) {
+		h.tail[h.tailN] = c
+	} else {
+		h.more = append(h.more, c)
+	}
+	h.tailN++
+}
+
+func (h *history) tailAt(i int) string {
+	if i < len(h.tail) {
+		return h.tail[i]
+	}
+	return h.more[i-len(h.tail)]
+}
+
+// read walks the array at s[i] and returns the index past it, or -1.
+func (h *history) read(s string, i int) int {
+	return jsonscan.Array(s, i, func(v int) int {
+		h.n++
+		if s[v] != '{' {
+			return skipChecked(s, v)
+		}
+		var role, content string
+		var hasRole, hasContent bool
+		end := jsonscan.Object(s, v, false, func(k string, _, v int) int {
+			end := skipChecked(s, v)
+			if end < 0 {
+				return -1
+			}
+			// The first of each, as gjson's Get would find it; gjson also
+			// matches a key written with escapes.
+			if !hasRole && keyIs(k, "role") {
+				role, hasRole = s[v:end], true
+			} else if !hasContent && k == "content" {
+				content, hasContent = s[v:end], true
+			}
+			return end
+		})
+		if stringIs(role, "assistant") {
+			h.last, h.hasLast, h.tailN, h.more = content, true, 0, h.more[:0]
+		} else if stringIs(role, "user") {
+			h.addTail(content)
+		}
+		return end
+	})
+}
+
+// keyIs reports whether the raw key k names name once unescaped.
+func keyIs(k, name string) bool {
+	if strings.IndexByte(k, '\\') < 0 {
+		return k == name
+	}
+	return stringIs(`"`+k+`"`, name)
+}
+
+// stringIs reports whether the raw JSON value raw is the string name, read
+// as gjson reads a string (escapes decoded).
+func stringIs(raw, name string) bool {
+	in := strBody(raw)
+	if len(in) == len(name) && in == name {
+		return true
+	}
+	if strings.IndexByte(in, '\\') < 0 || len(in) < len(name) {
+		return false
+	}
+	var buf [32]byte
+	return string(appendUnescaped(buf[:0], in)) == name
+}
+
 // rawContent returns a message's content with Raw set but, for string
 // content, Str left undecoded: callers read the text from Raw.
-func rawContent(m gjson.Result) gjson.Result {
-	raw := rawMember(m.Raw, "content")
+func rawContent(raw string) gjson.Result {
 	switch {
 	case raw == "":
 		return gjson.Result{}

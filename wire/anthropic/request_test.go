@@ -126,7 +126,10 @@ func TestParseRequest(t *testing.T) {
 	}
 }
 
+// equalRequest compares what ParseRequest reads; the layout is the codec's
+// own note for PrepareUpstream, checked by the tests of the edits.
 func equalRequest(a, b wire.Request) bool {
+	a.Layout, b.Layout = wire.Layout{}, wire.Layout{}
 	return reflect.DeepEqual(a, b)
 }
 

@@ -4,6 +4,7 @@ import (
 	"github.com/tidwall/sjson"
 
 	"github.com/haltline/haltline/wire"
+	"github.com/haltline/haltline/wire/jsonscan"
 )
 
 // Chat is the Chat Completions API (POST /v1/chat/completions).
@@ -29,49 +30,60 @@ const (
 	keyPrevious
 )
 
-// ParseRequest reads a chat request. Strings are copied out of the body (it
-// lives in a reused buffer); ToolResults[].Content may alias it.
+// ParseRequest reads a chat request in one pass that validates the whole
+// body (an accepted body is forwarded, and edited, as JSON) and reads only
+// what the gateway uses: the top-level fields, each message's role, and the
+// last assistant message and the messages after it. Strings are copied out
+// of the body (it lives in a reused buffer); ToolResults[].Content may
+// alias it.
 func (Chat) ParseRequest(body []byte) (wire.Request, error) {
 	req := wire.Request{API: wire.APIChat, BodyBytes: len(body)}
-	if !gjsonValid(body) {
-		return req, errNotObject
-	}
-	obj := view(body)
+	s := view(body)
 	var model, messages, maxComp, maxTok string
+	var h chatHistory
 	var seen uint16
 	var dup string
-	ok := eachMember(obj, func(m member) bool {
-		v := m.value(obj)
+	end := jsonscan.Object(s, skipWS(s, 0), true, func(key string, _, v int) int {
 		var bit uint16
-		switch m.key {
+		var end int
+		if key == "messages" && seen&keyMessages == 0 && s[v] == '[' {
+			end = h.read(s, v)
+		} else {
+			end = jsonscan.ValidValue(s, v)
+		}
+		if end < 0 {
+			return -1
+		}
+		val := s[v:end]
+		switch key {
 		case "model":
-			bit, model = keyModel, v
+			bit, model = keyModel, val
 		case "messages":
-			bit, messages = keyMessages, v
+			bit, messages = keyMessages, val
 		case "stream":
-			bit, req.Stream = keyStream, v == "true"
+			bit, req.Stream = keyStream, val == "true"
 		case "stream_options":
-			bit, req.IncludeUsage = keyStreamOptions, field(v, "include_usage") == "true"
+			bit, req.IncludeUsage = keyStreamOptions, field(val, "include_usage") == "true"
 		case "max_completion_tokens":
-			bit, maxComp = keyMaxCompletion, v
+			bit, maxComp = keyMaxCompletion, val
 		case "max_tokens":
-			bit, maxTok = keyMaxTokens, v
+			bit, maxTok = keyMaxTokens, val
 		case "tools":
 			bit = keyTools
-			req.HasTools = req.HasTools || (isArray(v) && !isEmptyArray(v))
+			req.HasTools = req.HasTools || (isArray(val) && !isEmptyArray(val))
 		case "functions": // legacy function calling
 			bit = keyFunctions
-			req.HasTools = req.HasTools || (isArray(v) && !isEmptyArray(v))
+			req.HasTools = req.HasTools || (isArray(val) && !isEmptyArray(val))
 		}
-		if seen&bit != 0 {
-			dup = m.key
-			return false
+		if seen&bit != 0 && dup == "" {
+			dup = key
 		}
 		seen |= bit
-		return true
+		req.Layout.Note(body, v, end)
+		return end
 	})
 	switch {
-	case !ok:
+	case end < 0 || skipWS(s, end) != len(s):
 		return req, errNotObject
 	case dup != "":
 		return req, duplicateKeyError(dup)
@@ -86,81 +98,107 @@ func (Chat) ParseRequest(body []byte) (wire.Request, error) {
 	} else if n, ok := num(maxTok); ok {
 		req.MaxOutputTokens = n
 	}
-	readChatHistory(&req, messages)
+	h.apply(&req)
 	return req, nil
 }
 
-// readChatHistory finds the last assistant message in one pass, keeping only
-// the messages after it; the rest is only counted.
-func readChatHistory(req *wire.Request, messages string) {
-	var last string
-	var tailBuf [16]string
-	tail := tailBuf[:0]
-	// One pass per message: the walk that finds its role also finds its end.
-	i := skipWS(messages, 0) + 1
-	for {
-		i = skipWS(messages, i)
-		if i >= len(messages) || messages[i] == ']' {
-			break
+// chatMessage is what the history pass keeps of a message: raw values,
+// aliasing the body.
+type chatMessage struct {
+	role, content, callID   string // the last of each, as a duplicate key would be read
+	firstContent, toolCalls string // the first of each
+}
+
+// chatHistory is the messages array as the lineage needs it: the last
+// assistant message and the messages after it. Everything before is only
+// counted and validated, so a long history costs one read of its bytes.
+type chatHistory struct {
+	n       int
+	last    chatMessage
+	hasLast bool
+	// The messages after it: the first few in an array of the struct, so
+	// that a parse allocates nothing for them.
+	tail  [8]chatMessage
+	more  []chatMessage
+	tailN int
+}
+
+// read validates the array at s[i] and returns the index past it, or -1.
+func (h *chatHistory) read(s string, i int) int {
+	return jsonscan.Array(s, i, func(v int) int {
+		h.n++
+		if s[v] != '{' {
+			return jsonscan.ValidValue(s, v)
 		}
-		if messages[i] == ',' {
-			i++
-			continue
-		}
-		start := i
-		var role string
-		if messages[i] == '{' {
-			i = walkObject(messages, i, func(m member) bool {
-				if m.key == "role" {
-					role = m.value(messages)
+		var m chatMessage
+		end := jsonscan.Object(s, v, true, func(key string, _, v int) int {
+			end := jsonscan.ValidValue(s, v)
+			if end < 0 {
+				return -1
+			}
+			switch val := s[v:end]; key {
+			case "role":
+				m.role = val
+			case "content":
+				if m.firstContent == "" {
+					m.firstContent = val
 				}
-				return true
-			})
-		} else {
-			i = skipValue(messages, i)
+				m.content = val
+			case "tool_calls":
+				if m.toolCalls == "" {
+					m.toolCalls = val
+				}
+			case "tool_call_id":
+				m.callID = val
+			}
+			return end
+		})
+		switch {
+		case str(m.role) == "assistant":
+			h.last, h.hasLast, h.tailN, h.more = m, true, 0, h.more[:0]
+		case h.tailN < len(h.tail):
+			h.tail[h.tailN] = m
+			h.tailN++
+		default:
+			h.more = append(h.more, m)
+			h.tailN++
 		}
-		if i < 0 {
-			break
-		}
-		req.Messages++
-		if str(role) == "assistant" {
-			last, tail = messages[start:i], tail[:0]
-			continue
-		}
-		tail = append(tail, messages[start:i])
+		return end
+	})
+}
+
+// at returns the i-th message after the last assistant message.
+func (h *chatHistory) at(i int) *chatMessage {
+	if i < len(h.tail) {
+		return &h.tail[i]
 	}
-	req.NewUserTurn = last == ""
-	if last != "" {
-		eachElement(field(last, "tool_calls"), func(tc string) bool {
+	return &h.more[i-len(h.tail)]
+}
+
+// apply sets the lineage fields of req.
+func (h *chatHistory) apply(req *wire.Request) {
+	req.Messages = h.n
+	req.NewUserTurn = !h.hasLast
+	if h.hasLast {
+		eachElement(h.last.toolCalls, func(tc string) bool {
 			if id := str(field(tc, "id")); id != "" {
 				req.LastAssistantToolCallIDs = append(req.LastAssistantToolCallIDs, clone(id))
 			}
 			return true
 		})
-		req.LastAssistantTextHash = textHashOf(field(last, "content"), "text")
+		req.LastAssistantTextHash = textHashOf(h.last.firstContent, "text")
 	}
-	for _, msg := range tail {
-		var role, content, callID string
-		eachMember(msg, func(m member) bool {
-			switch m.key {
-			case "role":
-				role = m.value(msg)
-			case "content":
-				content = m.value(msg)
-			case "tool_call_id":
-				callID = m.value(msg)
-			}
-			return true
-		})
-		switch str(role) {
+	for i := range h.tailN {
+		m := h.at(i)
+		switch str(m.role) {
 		case "user":
-			if hasContent(content) {
+			if hasContent(m.content) {
 				req.NewUserTurn = true
 			}
 		case "tool":
 			req.ToolResults = append(req.ToolResults, wire.ToolResult{
-				CallID:  clone(str(callID)),
-				Content: contentBytes(content, "text"),
+				CallID:  clone(str(m.callID)),
+				Content: contentBytes(m.content, "text"),
 			})
 		}
 	}
@@ -182,29 +220,26 @@ func (c Chat) PrepareUpstream(body []byte, req *wire.Request, maxOutput int64) (
 		}
 		req = &r
 	}
+	if maxOutput <= 0 && (!req.Stream || req.IncludeUsage) {
+		return body, nil // chatEdits would find nothing to do
+	}
+	var mbuf [16]member
+	ms, ok := topMembers(mbuf[:0], body, req)
+	if !ok {
+		return body, errNotObject
+	}
 	var buf [4]edit
-	edits := chatEdits(buf[:0], view(body), req, maxOutput)
+	edits := chatEdits(buf[:0], view(body), ms, req, maxOutput)
 	if len(edits) == 0 {
 		return body, nil
 	}
-	return rewrite(view(body), edits), nil
+	return rewrite(view(body), ms, edits), nil
 }
 
 // chatEdits returns the edits PrepareUpstream makes; WrapUp makes them too,
 // so its body can be forwarded as it is.
-func chatEdits(edits []edit, obj string, req *wire.Request, maxOutput int64) []edit {
-	var streamOpts, maxComp, maxTok string
-	eachMember(obj, func(m member) bool {
-		switch m.key {
-		case "stream_options":
-			streamOpts = m.value(obj)
-		case "max_completion_tokens":
-			maxComp = m.value(obj)
-		case "max_tokens":
-			maxTok = m.value(obj)
-		}
-		return true
-	})
+func chatEdits(edits []edit, obj string, ms []member, req *wire.Request, maxOutput int64) []edit {
+	streamOpts := lastValue(ms, obj, "stream_options")
 	if req.Stream && !req.IncludeUsage && field(streamOpts, "include_usage") != "true" {
 		raw := []byte(`{"include_usage":true}`)
 		if isObject(streamOpts) {
@@ -216,8 +251,8 @@ func chatEdits(edits []edit, obj string, req *wire.Request, maxOutput int64) []e
 	}
 	if maxOutput > 0 {
 		var hasComp, hasTok bool
-		edits, hasComp = capEdit(edits, maxOutput, "max_completion_tokens", maxComp)
-		edits, hasTok = capEdit(edits, maxOutput, "max_tokens", maxTok)
+		edits, hasComp = capEdit(edits, maxOutput, "max_completion_tokens", lastValue(ms, obj, "max_completion_tokens"))
+		edits, hasTok = capEdit(edits, maxOutput, "max_tokens", lastValue(ms, obj, "max_tokens"))
 		if !hasComp && !hasTok {
 			edits = append(edits, edit{key: "max_completion_tokens", raw: appendInt(nil, maxOutput)})
 		}
@@ -238,12 +273,15 @@ func (c Chat) WrapUp(body []byte, req *wire.Request, instruction string, maxOutp
 		req = &r
 	}
 	obj := view(body)
-	messages := field(obj, "messages")
-	if !isArray(messages) {
+	var mbuf [16]member
+	ms, ok := topMembers(mbuf[:0], body, req)
+	messages := firstValue(ms, obj, "messages")
+	if !ok || !isArray(messages) {
 		return body, errNoMessages
 	}
-	msgs := make([]byte, 0, len(messages)+len(instruction)+64)
-	msgs, more := openArray(msgs, messages)
+	// The messages array is extended where it lies, not copied here first.
+	var msgs []byte
+	more := !isEmptyArray(messages)
 	if !req.NewUserTurn {
 		for _, id := range missingResults(req) {
 			if more {
@@ -262,15 +300,15 @@ func (c Chat) WrapUp(body []byte, req *wire.Request, instruction string, maxOutp
 	}
 	msgs = append(msgs, `{"role":"user","content":`...)
 	msgs = appendString(msgs, instruction)
-	msgs = append(msgs, "}]"...)
+	msgs = append(msgs, '}')
 
 	edits := []edit{
-		{key: "messages", raw: msgs},
+		{key: "messages", raw: msgs, extend: true},
 		{key: "tools"}, {key: "tool_choice"}, {key: "parallel_tool_calls"},
 		{key: "functions"}, {key: "function_call"},
 	}
-	edits = chatEdits(edits, obj, req, maxOutput)
-	return rewrite(obj, edits), nil
+	edits = chatEdits(edits, obj, ms, req, maxOutput)
+	return rewrite(obj, ms, edits), nil
 }
 
 // missingResults lists the last assistant turn's call ids that no tool
@@ -295,7 +333,7 @@ func missingResults(req *wire.Request) []string {
 // ParseResponse reads a non-streamed chat completion.
 func (Chat) ParseResponse(body []byte) (wire.Response, error) {
 	var r wire.Response
-	if !gjsonValid(body) {
+	if !validObject(body) {
 		return r, errNotObject
 	}
 	obj := view(body)

@@ -122,7 +122,12 @@ func appendParts(dst []byte, raw string, types ...string) ([]byte, bool) {
 // concatenated, anything else as raw JSON.
 func contentBytes(raw string, types ...string) []byte {
 	if isString(raw) {
-		return readOnly(str(raw))
+		if in := raw[1 : len(raw)-1]; strings.IndexByte(in, '\\') < 0 {
+			return readOnly(in)
+		}
+		// One copy, unescaped: the content is kept as bytes, never as a
+		// string, so str's conversion would be a second.
+		return appendUnescaped(make([]byte, 0, len(raw)), raw)
 	}
 	if b, ok := appendParts(nil, raw, types...); ok {
 		return b

@@ -1,6 +1,12 @@
 package openai
 
-import "errors"
+import (
+	"bytes"
+	"errors"
+
+	"github.com/haltline/haltline/wire"
+	"github.com/haltline/haltline/wire/jsonscan"
+)
 
 // Errors of the parse stage; the pipeline renders them as 400.
 var (
@@ -17,25 +23,61 @@ type duplicateKeyError string
 func (e duplicateKeyError) Error() string { return "openai: duplicate key " + string(e) }
 
 // edit replaces (raw != nil) or deletes (raw == nil) every top-level member
-// named key; a replacement whose key is absent is appended.
+// named key; a replacement whose key is absent is appended. With extend
+// set, raw is instead added at the end of the member's array value, inside
+// its brackets (raw brings its own leading comma).
 type edit struct {
-	key  string
-	raw  []byte
-	done bool
+	key    string
+	raw    []byte
+	extend bool
+	done   bool
 }
 
-// rewrite returns a new object built from obj with edits applied, in one
-// copy. Members keep their order and their own bytes; only the white space
-// between members is normalised.
-func rewrite(obj string, edits []edit) []byte {
-	extra := 2
-	for _, e := range edits {
-		extra += len(e.key) + len(e.raw) + 4
+// topMembers lists the members of the object body, stepping over the
+// values that req's layout knows for this body instead of reading them.
+// The values are only delimited: callers edit bodies that ParseRequest
+// validated, or their own rewrites of them.
+func topMembers(dst []member, body []byte, req *wire.Request) ([]member, bool) {
+	s := view(body)
+	end := jsonscan.Object(s, skipWS(s, 0), false, func(key string, start, v int) int {
+		end := req.Layout.End(body, v)
+		if end < 0 {
+			end = skipValue(s, v)
+		}
+		dst = append(dst, member{key: key, start: start, vstart: v, end: end})
+		return end
+	})
+	return dst, end >= 0
+}
+
+// lastValue returns the raw value of the last member named key, as a walk
+// that overwrites on each would read it; firstValue the first's.
+func lastValue(ms []member, s, key string) string {
+	for i := len(ms) - 1; i >= 0; i-- {
+		if ms[i].key == key {
+			return ms[i].value(s)
+		}
 	}
-	out := make([]byte, 0, len(obj)+extra)
-	out = append(out, '{')
+	return ""
+}
+
+func firstValue(ms []member, s, key string) string {
+	for _, m := range ms {
+		if m.key == key {
+			return m.value(s)
+		}
+	}
+	return ""
+}
+
+// rewrite returns the object made of the members ms of s with edits
+// applied, copied once into a new slice: the members keep their order and
+// their own bytes, and only the white space between them is normalised.
+func rewrite(s string, ms []member, edits []edit) []byte {
+	var segBuf [48][]byte
+	segs := append(segBuf[:0], openBrace)
 	n := 0
-	eachMember(obj, func(m member) bool {
+	for _, m := range ms {
 		idx := -1
 		for i := range edits {
 			if edits[i].key == m.key {
@@ -46,35 +88,48 @@ func rewrite(obj string, edits []edit) []byte {
 		if idx >= 0 {
 			edits[idx].done = true
 			if edits[idx].raw == nil {
-				return true
+				continue
 			}
 		}
 		if n > 0 {
-			out = append(out, ',')
+			segs = append(segs, comma)
 		}
 		n++
-		if idx >= 0 {
-			out = append(out, obj[m.start:m.vstart]...)
-			out = append(out, edits[idx].raw...)
-		} else {
-			out = append(out, obj[m.start:m.end]...)
+		switch {
+		case idx < 0:
+			segs = append(segs, readOnly(s[m.start:m.end]))
+		case edits[idx].extend:
+			k := m.end - 1 // the closing bracket, white space before it dropped
+			for k > m.vstart+1 && isWS(s[k-1]) {
+				k--
+			}
+			segs = append(segs, readOnly(s[m.start:k]), edits[idx].raw, closeBracket)
+		default:
+			segs = append(segs, readOnly(s[m.start:m.vstart]), edits[idx].raw)
 		}
-		return true
-	})
+	}
 	for _, e := range edits {
-		if e.done || e.raw == nil {
+		if e.done || e.raw == nil || e.extend {
 			continue
 		}
 		if n > 0 {
-			out = append(out, ',')
+			segs = append(segs, comma)
 		}
 		n++
-		out = appendString(out, e.key)
-		out = append(out, ':')
-		out = append(out, e.raw...)
+		kv := appendString(make([]byte, 0, len(e.key)+len(e.raw)+3), e.key)
+		segs = append(segs, append(append(kv, ':'), e.raw...))
 	}
-	return append(out, '}')
+	segs = append(segs, closeBrace)
+	// bytes.Join sizes its result once and does not zero it first.
+	return bytes.Join(segs, nil)
 }
+
+var (
+	openBrace    = []byte{'{'}
+	closeBrace   = []byte{'}'}
+	closeBracket = []byte{']'}
+	comma        = []byte{','}
+)
 
 // capEdit lowers the output cap field key (raw value raw) to maxOutput. It
 // never raises a smaller value the client set; a non-number is replaced. It
@@ -89,24 +144,15 @@ func capEdit(edits []edit, maxOutput int64, key, raw string) ([]edit, bool) {
 	return edits, true
 }
 
-// openArray returns arr without its closing bracket (and the white space
-// before it), ready for more elements, and whether it already has some.
-func openArray(dst []byte, arr string) ([]byte, bool) {
-	k := len(arr) - 1
-	for k > 1 && isWS(arr[k-1]) {
-		k--
-	}
-	return append(dst, arr[:k]...), !isEmptyArray(arr)
-}
-
 // notRun is the result the wrap-up gives a tool call that the agent had not
 // answered yet, so that the history stays valid without the tools.
 const notRun = "Not run: the gateway is wrapping up this run."
 
 var errNoMessages = errors.New("openai: body has no messages array")
 
-// gjsonValid reports whether body is one valid JSON object.
-func gjsonValid(body []byte) bool {
-	_, ok := parseObject(body)
-	return ok
+// validObject reports whether body is one valid JSON object.
+func validObject(body []byte) bool {
+	s := view(body)
+	i := skipWS(s, 0)
+	return i < len(s) && s[i] == '{' && jsonscan.Valid(s)
 }

@@ -16,17 +16,6 @@ func view(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 // readOnly returns s's bytes without copying. Callers must not write to them.
 func readOnly(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
 
-// parseObject validates body and returns it as a gjson object. Validation is
-// one pass without allocation; without it a truncated body would be read (and
-// rewritten) as if it were whole.
-func parseObject(body []byte) (gjson.Result, bool) {
-	if !gjson.ValidBytes(body) {
-		return gjson.Result{}, false
-	}
-	r := gjson.Parse(view(body))
-	return r, r.IsObject()
-}
-
 // The scanner below walks JSON text without unescaping anything. gjson
 // unescapes every string value it matches or iterates, which allocates for
 // each escaped value; stream deltas (tool arguments are full of \") and long
@@ -154,6 +143,9 @@ func isEmptyArray(raw string) bool {
 
 // num reads a raw JSON number as an integer; ok is false for anything else.
 func num(raw string) (int64, bool) {
+	if isNull(raw) {
+		return 0, false // an absent field: spares strconv's error values
+	}
 	if n, err := strconv.ParseInt(raw, 10, 64); err == nil {
 		return n, true
 	}

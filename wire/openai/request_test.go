@@ -457,3 +457,28 @@ func TestResponsesWrapUp(t *testing.T) {
 		})
 	}
 }
+
+// PrepareUpstream given the request of another body (a context rewrite)
+// reads that body in full rather than trusting where the first one's
+// values lay.
+func TestPrepareUpstreamOtherBody(t *testing.T) {
+	t.Parallel()
+	parsed := []byte(`{"model":"m","stream":true,"messages":[{"role":"user","content":"a long first message"}]}`)
+	req, err := Chat{}.ParseRequest(parsed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Same length, members moved: offsets noted for parsed mean nothing here.
+	other := []byte(`{"messages":[{"role":"user","content":"a long first message"}],"model":"m","stream":true}`)
+	if len(other) != len(parsed) {
+		t.Fatal("test bodies differ in length")
+	}
+	got, err := Chat{}.PrepareUpstream(other, &req, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"messages":[{"role":"user","content":"a long first message"}],"model":"m","stream":true,"stream_options":{"include_usage":true}}`
+	if string(got) != want {
+		t.Fatalf("got  %s\nwant %s", got, want)
+	}
+}

@@ -2,6 +2,7 @@ package openai
 
 import (
 	"github.com/haltline/haltline/wire"
+	"github.com/haltline/haltline/wire/jsonscan"
 )
 
 // Responses is the Responses API (POST /v1/responses).
@@ -25,98 +26,120 @@ const (
 	itemSystem                    // system or developer message
 )
 
-// inputItem is what the turn logic reads of one item.
+// inputItem is what the turn logic reads of one item: raw values, the
+// last of each key.
 type inputItem struct {
 	kind                    itemKind
 	content, callID, output string
 }
 
-func readItem(it string) inputItem {
-	var typ, role string
+// readItem validates the item at s[i] and reads it; it returns the index
+// past the item, or -1.
+func readItem(s string, i int) (inputItem, int) {
 	var out inputItem
-	eachMember(it, func(m member) bool {
-		v := m.value(it)
-		switch m.key {
-		case "type":
-			typ = str(v)
-		case "role":
-			role = str(v)
-		case "content":
-			out.content = v
-		case "call_id":
-			out.callID = v
-		case "output":
-			out.output = v
+	if s[i] != '{' {
+		return out, jsonscan.ValidValue(s, i) // neither side
+	}
+	var typ, role string
+	end := jsonscan.Object(s, i, true, func(key string, _, v int) int {
+		end := jsonscan.ValidValue(s, v)
+		if end < 0 {
+			return -1
 		}
-		return true
+		switch val := s[v:end]; key {
+		case "type":
+			typ = val
+		case "role":
+			role = val
+		case "content":
+			out.content = val
+		case "call_id":
+			out.callID = val
+		case "output":
+			out.output = val
+		}
+		return end
 	})
+	out.kind = classify(str(typ), str(role))
+	return out, end
+}
+
+func classify(typ, role string) itemKind {
 	switch typ {
 	case "message", "":
 		switch role {
 		case "assistant":
-			out.kind = itemAssistant
+			return itemAssistant
 		case "user":
-			out.kind = itemUser
+			return itemUser
 		case "system", "developer":
-			out.kind = itemSystem
+			return itemSystem
 		}
 	case "reasoning":
-		out.kind = itemAssistant
+		return itemAssistant
 	case "function_call", "custom_tool_call":
-		out.kind = itemCall
+		return itemCall
 	case "function_call_output", "custom_tool_call_output":
-		out.kind = itemOutput
+		return itemOutput
 	default:
 		switch n := len(typ); {
 		case n > 7 && typ[n-7:] == "_output":
-			out.kind = itemOutput
+			return itemOutput
 		case n > 5 && typ[n-5:] == "_call":
-			out.kind = itemHostedRun
+			return itemHostedRun
 		}
 	}
-	return out
+	return itemOther
 }
 
 // textTypes are the content part types whose text counts as message text.
 var textTypes = []string{"output_text", "input_text", "text"}
 
-// ParseRequest reads a responses request. Strings are copied out of the
-// body; ToolResults[].Content may alias it.
+// ParseRequest reads a responses request in one validating pass, as
+// Chat.ParseRequest does. Strings are copied out of the body;
+// ToolResults[].Content may alias it.
 func (Responses) ParseRequest(body []byte) (wire.Request, error) {
 	req := wire.Request{API: wire.APIResponses, BodyBytes: len(body)}
-	if !gjsonValid(body) {
-		return req, errNotObject
-	}
-	obj := view(body)
+	s := view(body)
 	var model, input, maxOut, prev string
+	var h responsesHistory
 	var seen uint16
 	var dup string
-	ok := eachMember(obj, func(m member) bool {
-		v := m.value(obj)
+	end := jsonscan.Object(s, skipWS(s, 0), true, func(key string, _, v int) int {
 		var bit uint16
-		switch m.key {
-		case "model":
-			bit, model = keyModel, v
-		case "input":
-			bit, input = keyInput, v
-		case "stream":
-			bit, req.Stream = keyStream, v == "true"
-		case "max_output_tokens":
-			bit, maxOut = keyMaxOutput, v
-		case "tools":
-			bit, req.HasTools = keyTools, isArray(v) && !isEmptyArray(v)
-		case "previous_response_id":
-			bit, prev = keyPrevious, v
+		var end int
+		if key == "input" && seen&keyInput == 0 && s[v] == '[' {
+			end = h.read(s, v)
+		} else {
+			end = jsonscan.ValidValue(s, v)
 		}
-		if seen&bit != 0 {
-			dup = m.key
-			return false
+		if end < 0 {
+			return -1
+		}
+		val := s[v:end]
+		switch key {
+		case "model":
+			bit, model = keyModel, val
+		case "input":
+			bit, input = keyInput, val
+		case "stream":
+			bit, req.Stream = keyStream, val == "true"
+		case "max_output_tokens":
+			bit, maxOut = keyMaxOutput, val
+		case "tools":
+			bit, req.HasTools = keyTools, isArray(val) && !isEmptyArray(val)
+		case "previous_response_id":
+			bit, prev = keyPrevious, val
+		}
+		if seen&bit != 0 && dup == "" {
+			dup = key
 		}
 		seen |= bit
-		return true
+		req.Layout.Note(body, v, end)
+		return end
 	})
 	switch {
-	case !ok:
+	case end < 0 || skipWS(s, end) != len(s):
 		return req, errNotObject
 	case dup != "":
 		return req, duplicateKeyError(dup)
@@ -133,7 +156,7 @@ func (Responses) ParseRequest(body []byte) (wire.Request, error) {
 		req.Messages = 1
 		req.NewUserTurn = true
 	case isArray(input):
-		readResponsesHistory(&req, input)
+		h.apply(&req)
 	default:
 		// No input: a continuation of previous_response_id (or a stored
 		// prompt) that adds nothing; a new task only without a handle.
@@ -142,32 +165,71 @@ func (Responses) ParseRequest(body []byte) (wire.Request, error) {
 	return req, nil
 }
 
-// readResponsesHistory finds the last assistant turn, the last contiguous run
-// of assistant-side items, and reads what follows it.
-func readResponsesHistory(req *wire.Request, input string) {
-	var turnBuf, tailBuf [16]inputItem
-	turn, tail := turnBuf[:0], tailBuf[:0]
+// responsesHistory is the input array as the lineage needs it: the last
+// assistant turn, the last contiguous run of assistant-side items, and
+// what follows it.
+type responsesHistory struct {
+	n int
+	// The items of the turn and of the tail: the first few in arrays of
+	// the struct, so that a parse allocates nothing for them.
+	turn, tail itemList
+}
+
+type itemList struct {
+	first [8]inputItem
+	more  []inputItem
+	n     int
+}
+
+func (l *itemList) reset() { l.n, l.more = 0, l.more[:0] }
+
+func (l *itemList) add(it inputItem) {
+	if l.n < len(l.first) {
+		l.first[l.n] = it
+	} else {
+		l.more = append(l.more, it)
+	}
+	l.n++
+}
+
+func (l *itemList) at(i int) *inputItem {
+	if i < len(l.first) {
+		return &l.first[i]
+	}
+	return &l.more[i-len(l.first)]
+}
+
+// read validates the array at s[i] and returns the index past it, or -1.
+func (h *responsesHistory) read(s string, i int) int {
 	inTurn := false
-	eachElement(input, func(raw string) bool {
-		req.Messages++
-		it := readItem(raw)
+	return jsonscan.Array(s, i, func(v int) int {
+		h.n++
+		it, end := readItem(s, v)
 		switch it.kind {
 		case itemAssistant, itemCall, itemHostedRun:
 			if !inTurn {
-				inTurn, turn, tail = true, turn[:0], tail[:0]
+				inTurn = true
+				h.turn.reset()
+				h.tail.reset()
 			}
-			turn = append(turn, it)
+			h.turn.add(it)
 		case itemOther:
 			// References and compaction items neither open nor close a turn.
 		default:
 			inTurn = false
-			tail = append(tail, it)
+			h.tail.add(it)
 		}
-		return true
+		return end
 	})
-	var text []byte
-	for _, it := range turn {
-		switch it.kind {
+}
+
+// apply sets the lineage fields of req (PreviousResponseID already set).
+func (h *responsesHistory) apply(req *wire.Request) {
+	req.Messages = h.n
+	var tb [256]byte
+	text := tb[:0]
+	for i := range h.turn.n {
+		switch it := h.turn.at(i); it.kind {
 		case itemCall:
 			if id := str(it.callID); id != "" {
 				req.LastAssistantToolCallIDs = append(req.LastAssistantToolCallIDs, clone(id))
@@ -177,9 +239,9 @@ func readResponsesHistory(req *wire.Request, input string) {
 		}
 	}
 	req.LastAssistantTextHash = wire.TextHash(view(text))
-	req.NewUserTurn = len(turn) == 0 && req.PreviousResponseID == ""
-	for _, it := range tail {
-		switch it.kind {
+	req.NewUserTurn = h.turn.n == 0 && req.PreviousResponseID == ""
+	for i := range h.tail.n {
+		switch it := h.tail.at(i); it.kind {
 		case itemUser:
 			if hasContent(it.content) {
 				req.NewUserTurn = true
@@ -199,16 +261,24 @@ func (r Responses) PrepareUpstream(body []byte, req *wire.Request, maxOutput int
 	if maxOutput <= 0 {
 		return body, nil
 	}
+	if req == nil {
+		req = &wire.Request{} // no layout: the body is read in full
+	}
 	obj := view(body)
+	var mbuf [16]member
+	ms, ok := topMembers(mbuf[:0], body, req)
+	if !ok {
+		return body, errNotObject
+	}
 	var buf [1]edit
-	edits, has := capEdit(buf[:0], maxOutput, "max_output_tokens", field(obj, "max_output_tokens"))
+	edits, has := capEdit(buf[:0], maxOutput, "max_output_tokens", firstValue(ms, obj, "max_output_tokens"))
 	if !has {
 		edits = append(edits, edit{key: "max_output_tokens", raw: appendInt(nil, maxOutput)})
 	}
 	if len(edits) == 0 {
 		return body, nil
 	}
-	return rewrite(obj, edits), nil
+	return rewrite(obj, ms, edits), nil
 }
 
 // WrapUp removes the tools, answers any function call of the last assistant
@@ -224,9 +294,11 @@ func (r Responses) WrapUp(body []byte, req *wire.Request, instruction string, ma
 		req = &p
 	}
 	obj := view(body)
-	input := field(obj, "input")
-	items := make([]byte, 0, len(input)+len(instruction)+96)
-	more := false
+	var mbuf [16]member
+	ms, _ := topMembers(mbuf[:0], body, req)
+	input := firstValue(ms, obj, "input")
+	var items []byte
+	extend, more := false, false
 	switch {
 	case isString(input):
 		items = append(items, `[{"role":"user","content":`...)
@@ -234,7 +306,8 @@ func (r Responses) WrapUp(body []byte, req *wire.Request, instruction string, ma
 		items = append(items, '}')
 		more = true
 	case isArray(input):
-		items, more = openArray(items, input)
+		// The input array is extended where it lies, not copied here first.
+		extend, more = true, !isEmptyArray(input)
 		if !req.NewUserTurn {
 			for _, id := range missingResults(req) {
 				if more {
@@ -256,26 +329,29 @@ func (r Responses) WrapUp(body []byte, req *wire.Request, instruction string, ma
 	}
 	items = append(items, `{"type":"message","role":"user","content":[{"type":"input_text","text":`...)
 	items = appendString(items, instruction)
-	items = append(items, "}]}]"...)
+	items = append(items, "}]}"...)
+	if !extend {
+		items = append(items, ']')
+	}
 
 	edits := []edit{
-		{key: "input", raw: items},
+		{key: "input", raw: items, extend: extend},
 		{key: "tools"}, {key: "tool_choice"}, {key: "parallel_tool_calls"},
 	}
 	if maxOutput > 0 {
 		var has bool
-		edits, has = capEdit(edits, maxOutput, "max_output_tokens", field(obj, "max_output_tokens"))
+		edits, has = capEdit(edits, maxOutput, "max_output_tokens", firstValue(ms, obj, "max_output_tokens"))
 		if !has {
 			edits = append(edits, edit{key: "max_output_tokens", raw: appendInt(nil, maxOutput)})
 		}
 	}
-	return rewrite(obj, edits), nil
+	return rewrite(obj, ms, edits), nil
 }
 
 // ParseResponse reads a non-streamed response object.
 func (Responses) ParseResponse(body []byte) (wire.Response, error) {
 	var r wire.Response
-	if !gjsonValid(body) {
+	if !validObject(body) {
 		return r, errNotObject
 	}
 	var text []byte
