@@ -28,11 +28,20 @@ func (s *Server) model(ctx *fasthttp.RequestCtx, codec wire.Codec, prov *config.
 			Body: codec.ErrorBody(wire.ErrAuthentication, "unknown API key", nil)})
 		return
 	}
-	body, ok := readBody(ctx, s.o.Limits.MaxBodyBytes)
+	body, release, ok := readPooledBody(ctx, s.o.Limits.MaxBodyBytes)
 	if !ok {
+		release()
 		tooLarge(ctx, codec)
 		return
 	}
+	// The body goes back to its pool once the call is settled: here, or at
+	// the end of a relayed stream.
+	streaming := false
+	defer func() {
+		if !streaming {
+			release()
+		}
+	}()
 	h := &ctx.Request.Header
 	call := &pipeline.Call{
 		API:         codec.API(),
@@ -106,7 +115,9 @@ func (s *Server) model(ctx *fasthttp.RequestCtx, codec wire.Codec, prov *config.
 	s.p.Headers(t, ctx.Response.Header.Set)
 	setOverhead(ctx, received, firstByte)
 	ctx.SetStatusCode(resp.StatusCode)
+	streaming = true
 	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+		defer release()
 		defer cancel()
 		settle := func(out pipeline.Outcome) {
 			out.Status = resp.StatusCode

@@ -8,7 +8,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -189,25 +191,58 @@ func Credentials(keys map[string]config.Principal) pipeline.Credentials {
 // readBody reads the request body up to the limit; ok is false when it is
 // larger (the connection is then closed: the rest is never read).
 func readBody(ctx *fasthttp.RequestCtx, limit int64) (body []byte, ok bool) {
+	body, _, ok = readBodyInto(ctx, limit, nil)
+	return body, ok
+}
+
+// readPooledBody is readBody into a pooled buffer: a streamed body (one
+// larger than fasthttp's read buffer, e.g. a 200 KB history) would
+// otherwise be a fresh allocation per call. release hands the buffer back;
+// nothing may hold the body, or a slice of it, afterwards.
+func readPooledBody(ctx *fasthttp.RequestCtx, limit int64) (body []byte, release func(), ok bool) {
+	bufp := bodyPool.Get().(*[]byte)
+	body, grown, ok := readBodyInto(ctx, limit, (*bufp)[:0])
+	if !grown {
+		bodyPool.Put(bufp)
+		return body, func() {}, ok
+	}
+	return body, func() {
+		if cap(body) <= maxPooledBody {
+			*bufp = body[:0]
+			bodyPool.Put(bufp)
+		}
+	}, ok
+}
+
+// maxPooledBody bounds the buffers kept for reuse: a rare huge body is left
+// to the collector rather than pinned.
+const maxPooledBody = 4 << 20
+
+var bodyPool = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}
+
+// readBodyInto reads the body into buf (grown as needed) when it is
+// streamed; a body fasthttp already holds is returned as is (used reports
+// false).
+func readBodyInto(ctx *fasthttp.RequestCtx, limit int64, buf []byte) (body []byte, used, ok bool) {
 	if !ctx.Request.IsBodyStream() {
 		b := ctx.PostBody()
-		return b, int64(len(b)) <= limit
+		return b, false, int64(len(b)) <= limit
 	}
 	n := ctx.Request.Header.ContentLength()
 	if int64(n) > limit {
 		ctx.SetConnectionClose()
-		return nil, false
+		return nil, false, false
 	}
-	buf := bytes.NewBuffer(make([]byte, 0, max(n, 0)+1))
-	if _, err := buf.ReadFrom(io.LimitReader(ctx.RequestBodyStream(), limit+1)); err != nil {
+	b := bytes.NewBuffer(slices.Grow(buf[:0], max(n, 0)+1))
+	if _, err := b.ReadFrom(io.LimitReader(ctx.RequestBodyStream(), limit+1)); err != nil {
 		ctx.SetConnectionClose()
-		return nil, false
+		return nil, false, false
 	}
-	if int64(buf.Len()) > limit {
+	if int64(b.Len()) > limit {
 		ctx.SetConnectionClose()
-		return nil, false
+		return nil, false, false
 	}
-	return buf.Bytes(), true
+	return b.Bytes(), true, true
 }
 
 // tooLarge answers 413 in the provider's format.
