@@ -22,16 +22,18 @@ func conversation200K(api wire.API) []byte {
 }
 
 // BenchmarkNeedsRewrite is the decision on every call for a 200 KB body:
-// against a 32k-window model (the body must be read) and against a
-// 1M-window model (0.6 × 1M: the size alone decides).
+// against a 32k-window model (the body is read until it is over), against
+// a watermark the body just fits (the whole body is read: the cost of a
+// call that needs no rewrite) and against a 1M-window model (0.6 × 1M: the
+// size alone decides).
 func BenchmarkNeedsRewrite(b *testing.B) {
 	for _, api := range apis {
+		body := conversation200K(api)
 		for _, w := range []struct {
 			name string
 			wm   int64
-		}{{"window=32k", 19_200}, {"window=1M", 600_000}} {
+		}{{"window=32k", 19_200}, {"fits", Estimate(api, body)}, {"window=1M", 600_000}} {
 			b.Run(api.String()+"/"+w.name, func(b *testing.B) {
-				body := conversation200K(api)
 				b.SetBytes(int64(len(body)))
 				b.ReportAllocs()
 				for b.Loop() {

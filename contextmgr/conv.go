@@ -1,15 +1,10 @@
 package contextmgr
 
 import (
-	"bytes"
 	"hash/crc64"
-	"strconv"
-	"strings"
-	"unicode/utf8"
 	"unsafe"
 
 	"github.com/haltline/haltline/wire"
-	"github.com/tidwall/gjson"
 )
 
 // The three wire formats are read into one neutral list of items, so that
@@ -45,20 +40,33 @@ type result struct {
 	path string
 
 	// vs, ve locate the JSON string holding the text in the body, for
-	// replacing it in place; ve is 0 when unknown.
+	// replacing it in place; ve is 0 when unknown. valW is the weight scan
+	// gives that string as a value.
 	vs, ve int
+	valW   int64
 
 	// Measures of the decoded text, computed once (measured).
 	measured bool
 	n, runes int
 	sum      uint64 // crc64 of the text: textKey's value
 
-	// Builds of one Rewrite: the replacement of the last build, and the
-	// cut text once it is stable.
-	lastRepl string
-	cutRepl  string
-	cutChars int
-	cutOK    bool
+	// Plans of one Rewrite. lastRepl is the replacement the last plan
+	// decided for the text: "" for none, a reference to an identical
+	// result, or for a cut cutKey. A cut keeps the decoded text's head
+	// [0, cutH) and tail [cutT, n) around cutNote; cutOK is set once it is
+	// stable (its handle known).
+	lastRepl   string
+	cutKey     string
+	cutNote    string
+	cutH, cutT int
+	cutChars   int
+	cutOK      bool
+	// The replacement as a JSON string (enc, for encFor), and the weight
+	// scan gives it as a value (encW, for wFor).
+	enc    []byte
+	encFor string
+	encW   int64
+	wFor   string
 }
 
 type item struct {
@@ -74,10 +82,19 @@ type item struct {
 	// splice is set when the results' texts can be replaced by their
 	// located bytes (results[k].vs, ve) rather than through sjson.
 	splice bool
-	// built is the item as the last build of the Rewrite replaced its
-	// results, and builtW its weight.
-	built  []byte
-	builtW int64
+	// w is the item's weight as the agent sent it (scan of raw), and tools
+	// whether it offers tools, as scan says.
+	w     int64
+	tools bool
+	// built is the item as the last plan of the Rewrite replaced its
+	// results through sjson (an item that cannot be spliced), builtW and
+	// builtTools what scan says of it.
+	built      []byte
+	builtW     int64
+	builtTools bool
+	// replaced: the last plan replaced some of the item's results; stale:
+	// a replacement changed since built was made.
+	replaced, stale bool
 }
 
 // conv is a request read into items.
@@ -91,463 +108,96 @@ type conv struct {
 	head               int  // items [0, head) are the protected head: system prompt and task
 	noDrop             bool // Responses continued by previous_response_id: calls live server-side
 
-	arena   []byte // decoded lazy texts
-	scratch []byte // a text decoded only to be hashed
+	// exact is set when the reader weighed every item and the envelope in
+	// the body's own order: estimates of a rewritten body are then sums of
+	// the parts' weights, with no need to assemble and scan it. It is unset
+	// for the gjson reader and for lists holding anything but objects.
+	exact    bool
+	envW     int64 // weight of the body outside the list
+	envTools bool  // the body offers tools outside the list
+
+	arena []byte // decoded lazy texts
+	// Backing storage of the items' calls and results, and a buffer to
+	// join block texts: one allocation per request instead of per item.
+	callBuf []call
+	resBuf  []result
+	textBuf []byte
+	// Pairing of calls and results by id (see plan.index), kept with the
+	// reading for reuse.
+	callAt, resultAt map[string]int
 }
 
-// parseConv reads body's item list. ok is false when the body has no list
-// to rewrite (a Responses input given as a string, an unknown API).
-func parseConv(api wire.API, body []byte) (c conv, ok bool) {
+// read reads body in one pass: it validates it, weighs it (est is
+// Estimate(api, body) when valid) and reads its item list. ok is false when
+// the body has no list to rewrite (a Responses input given as a string, an
+// unknown API).
+func (c *conv) read(api wire.API, body []byte) (est int64, valid, ok bool) {
 	c.api = api
 	switch api {
 	case wire.APIChat, wire.APIMessages:
 		c.listPath = "messages"
 	case wire.APIResponses:
 		c.listPath = "input"
-	default:
-		return c, false
 	}
-	// One pass over the body: its members are located, and the list's
-	// items read, as the reader goes.
-	i := skipWS(body, 0)
-	if i >= len(body) || body[i] != '{' {
-		return parseConvSlow(api, body, c)
-	}
+	r := reader{b: body, cheap: api != wire.APIMessages}
 	var list, prev span
-	fast := true
-	_, okm := eachMember(body, i, func(k []byte, v int) int {
-		switch {
-		case !list.ok() && string(k) == c.listPath:
-			e := 0
-			if body[v] == '[' {
-				e, fast = c.readItems(body, v)
-			} else {
-				e = valueEnd(body, v)
+	var listTools, escKey bool
+	i := skipWS(body, 0)
+	switch {
+	case i >= len(body):
+		r.fail()
+	case body[i] == '{' && c.listPath != "":
+		i = r.object(i, func(k []byte, esc bool, v int) int {
+			escKey = escKey || esc
+			switch {
+			case !list.ok() && string(k) == c.listPath:
+				t := r.tools
+				r.tools = false
+				w0 := r.w
+				var e int
+				if body[v] == '[' {
+					e = c.readItems(&r, v)
+				} else {
+					e = r.value(v)
+				}
+				list = span{s: v, e: e, w: r.w - w0}
+				listTools, r.tools = r.tools, t
+				return e
+			case !prev.ok() && string(k) == "previous_response_id":
+				prev = r.member(v)
+				return prev.e
 			}
-			list = span{v, e}
-			return e
-		case !prev.ok() && string(k) == "previous_response_id":
-			prev = span{v, valueEnd(body, v)}
-			return prev.e
-		}
-		return valueEnd(body, v)
-	})
-	if !okm || !fast {
-		c.items = nil
-		return parseConvSlow(api, body, c)
+			return r.value(v)
+		})
+	default:
+		i = r.value(i)
+	}
+	if !r.bad && skipWS(body, i) != len(body) {
+		r.fail()
+	}
+	if r.bad {
+		return 0, false, false
+	}
+	est = finish(api, r.w, r.tools || listTools)
+	if c.listPath == "" || body[skipWS(body, 0)] != '{' {
+		return est, true, false
+	}
+	if escKey {
+		// A member name with an escape: gjson reads names decoded, so the
+		// gjson reader decides what the request says.
+		c.items = c.items[:0]
+		return est, true, parseConvSlow(api, body, c)
 	}
 	if api == wire.APIResponses {
 		c.noDrop = str(body, prev) != ""
 	}
 	if !list.ok() || body[list.s] != '[' {
-		return c, false
+		return est, true, false
 	}
 	c.listStart, c.listEnd = list.s, list.e
 	c.head = headEnd(c.items)
-	return c, true
-}
-
-// readItems reads the items of the list at body[i]; it returns the list's
-// end.
-func (c *conv) readItems(body []byte, i int) (end int, ok bool) {
-	c.items = make([]item, 0, 64)
-	ok = true
-	end = eachElement(body, i, func(v int) int {
-		if !ok {
-			return valueEnd(body, v)
-		}
-		var it item
-		e := 0
-		good := false
-		if body[v] == '{' {
-			it, e, good = fastItem(c.api, body, v)
-		}
-		if good && it.splice {
-			for k := range it.results {
-				if r := &it.results[k]; r.path != "" && r.ve == 0 {
-					it.splice = false
-				}
-			}
-		}
-		if !good {
-			e = valueEnd(body, v)
-			g := gjson.ParseBytes(body[v:e])
-			switch c.api {
-			case wire.APIChat:
-				it = chatItem(g)
-			case wire.APIResponses:
-				it = responsesItem(g)
-			default:
-				it = anthropicItem(g)
-			}
-		}
-		it.raw = body[v:e:e]
-		it.at = v
-		c.items = append(c.items, it)
-		return e
-	})
-	return end, ok
-}
-
-// str returns what gjson's String returns for the value at v.
-func str(b []byte, v span) string {
-	if !v.ok() {
-		return ""
-	}
-	if b[v.s] == '"' && v.e-v.s >= 2 && b[v.e-1] == '"' && bytes.IndexByte(b[v.s+1:v.e-1], '\\') < 0 {
-		raw := b[v.s+1 : v.e-1]
-		// The envelope's words, without an allocation each.
-		switch string(raw) {
-		case "user":
-			return "user"
-		case "assistant":
-			return "assistant"
-		case "system":
-			return "system"
-		case "developer":
-			return "developer"
-		case "tool":
-			return "tool"
-		case "message":
-			return "message"
-		case "text":
-			return "text"
-		case "function_call":
-			return "function_call"
-		case "function_call_output":
-			return "function_call_output"
-		case "reasoning":
-			return "reasoning"
-		case "tool_use":
-			return "tool_use"
-		case "tool_result":
-			return "tool_result"
-		}
-		return string(raw)
-	}
-	return gjson.ParseBytes(b[v.s:v.e]).String()
-}
-
-// lazyText reads a content value like contentText, leaving a plain string
-// undecoded in r.
-func lazyText(b []byte, v span, r *result) (plain bool) {
-	if v.ok() && b[v.s] == '"' {
-		r.src = b[v.s+1 : v.e-1]
-		r.vs, r.ve = v.s, v.e
-		r.esc = bytes.IndexByte(r.src, '\\') >= 0
-		r.lazy = true
-		return true
-	}
-	if !v.ok() {
-		return false
-	}
-	r.text, plain = contentText(gjson.ParseBytes(b[v.s:v.e]))
-	return plain
-}
-
-func eagerText(b []byte, v span) (string, bool) {
-	if !v.ok() {
-		return "", false
-	}
-	if b[v.s] == '"' {
-		return str(b, v), true
-	}
-	return contentText(gjson.ParseBytes(b[v.s:v.e]))
-}
-
-type spanFields struct {
-	role, typ, content, toolCalls, functionCall, toolCallID, name, callID, output, arguments, input span
-	blocks                                                                                          *blocks
-	dup                                                                                             bool // content or output repeated
-}
-
-func readSpans(api wire.API, b []byte, i int) (f spanFields, end int, ok bool) {
-	end, ok = eachMember(b, i, func(k []byte, v int) int {
-		var x *span
-		switch string(k) {
-		case "role":
-			x = &f.role
-		case "type":
-			x = &f.typ
-		case "content":
-			f.dup = f.dup || f.content.ok()
-			if api == wire.APIMessages && b[v] == '[' {
-				// Anthropic blocks are read as the content is skipped.
-				bl, e := readBlocks(b, v)
-				f.content, f.blocks = span{v, e}, bl
-				return e
-			}
-			f.blocks = nil
-			x = &f.content
-		case "tool_calls":
-			x = &f.toolCalls
-		case "function_call":
-			x = &f.functionCall
-		case "tool_call_id":
-			x = &f.toolCallID
-		case "name":
-			x = &f.name
-		case "call_id":
-			x = &f.callID
-		case "output":
-			f.dup = f.dup || f.output.ok()
-			x = &f.output
-		case "arguments":
-			x = &f.arguments
-		case "input":
-			x = &f.input
-		}
-		e := valueEnd(b, v)
-		if x != nil {
-			*x = span{v, e}
-		}
-		return e
-	})
-	return f, end, ok
-}
-
-// fastItem reads the item object at b[i] without gjson; ok is false for
-// the shapes it leaves to the gjson readers.
-func fastItem(api wire.API, b []byte, i int) (it item, end int, ok bool) {
-	f, end, ok := readSpans(api, b, i)
-	if !ok {
-		return it, 0, false
-	}
-	switch api {
-	case wire.APIChat:
-		it = chatItemFast(b, f)
-	case wire.APIResponses:
-		it = responsesItemFast(b, f)
-	default:
-		it, ok = anthropicItemFast(b, f)
-	}
-	it.splice = !f.dup && (f.blocks == nil || !f.blocks.dup)
-	return it, end, ok
-}
-
-func chatItemFast(b []byte, f spanFields) item {
-	role := str(b, f.role)
-	it := item{role: role}
-	switch role {
-	case "system", "developer":
-		it.kind = kindSystem
-		it.text, _ = eagerText(b, f.content)
-	case "user":
-		it.kind = kindUser
-		it.text, _ = eagerText(b, f.content)
-	case "assistant":
-		it.kind = kindAssistant
-		it.text, _ = eagerText(b, f.content)
-		if f.toolCalls.ok() {
-			gjson.ParseBytes(b[f.toolCalls.s:f.toolCalls.e]).ForEach(func(_, tc gjson.Result) bool {
-				it.calls = append(it.calls, call{
-					id:   tc.Get("id").String(),
-					name: tc.Get("function.name").String(),
-					args: tc.Get("function.arguments").String(),
-				})
-				return true
-			})
-		}
-		if f.functionCall.ok() {
-			fc := gjson.ParseBytes(b[f.functionCall.s:f.functionCall.e])
-			name := fc.Get("name").String()
-			it.calls = append(it.calls, call{id: "fn:" + name, name: name, args: fc.Get("arguments").String()})
-		}
-	case "tool", "function":
-		it.kind = kindTool
-		var id string
-		if role == "function" {
-			id = "fn:" + str(b, f.name)
-		} else {
-			id = str(b, f.toolCallID)
-		}
-		it.results = make([]result, 1)
-		r := &it.results[0]
-		r.id = id
-		if lazyText(b, f.content, r) {
-			r.path = "content"
-		}
-	default:
-		it.kind = kindSystem
-	}
-	return it
-}
-
-func responsesItemFast(b []byte, f spanFields) item {
-	typ := str(b, f.typ)
-	role := str(b, f.role)
-	it := item{role: role}
-	switch {
-	case typ == "" || typ == "message":
-		it.text, _ = eagerText(b, f.content)
-		switch role {
-		case "user":
-			it.kind = kindUser
-		case "assistant":
-			it.kind = kindAssistant
-		default:
-			it.kind = kindSystem
-		}
-	case strings.HasSuffix(typ, "_output"):
-		it.kind, it.role = kindTool, "tool"
-		it.results = make([]result, 1)
-		r := &it.results[0]
-		r.id = str(b, f.callID)
-		if lazyText(b, f.output, r) && (typ == "function_call_output" || typ == "custom_tool_call_output") {
-			r.path = "output"
-		}
-	default:
-		it.kind, it.role = kindAssistant, "assistant"
-		if id := str(b, f.callID); id != "" {
-			args := str(b, f.arguments)
-			if args == "" {
-				args = str(b, f.input)
-			}
-			it.calls = []call{{id: id, name: str(b, f.name), args: args}}
-		}
-	}
-	return it
-}
-
-// blocks is what an Anthropic content array says.
-type blocks struct {
-	text    strings.Builder
-	calls   []call
-	results []result
-	ok      bool
-	dup     bool // a block's content repeated
-}
-
-func (bl *blocks) add(s string) {
-	if s == "" {
-		return
-	}
-	if bl.text.Len() > 0 {
-		bl.text.WriteByte('\n')
-	}
-	bl.text.WriteString(s)
-}
-
-// readBlocks reads the content array at b[i]; it returns its end.
-func readBlocks(b []byte, i int) (*blocks, int) {
-	bl := &blocks{ok: true}
-	k := 0
-	end := eachElement(b, i, func(v int) int {
-		defer func() { k++ }()
-		if !bl.ok || b[v] != '{' {
-			return valueEnd(b, v)
-		}
-		var typ, txt, id, name, input, toolUseID, bc span
-		e, ok := eachMember(b, v, func(key []byte, x int) int {
-			xe := valueEnd(b, x)
-			sp := span{x, xe}
-			switch string(key) {
-			case "type":
-				typ = sp
-			case "text":
-				txt = sp
-			case "id":
-				id = sp
-			case "name":
-				name = sp
-			case "input":
-				input = sp
-			case "tool_use_id":
-				toolUseID = sp
-			case "content":
-				bl.dup = bl.dup || bc.ok()
-				bc = sp
-			}
-			return xe
-		})
-		if !ok {
-			bl.ok = false
-			return valueEnd(b, v)
-		}
-		switch str(b, typ) {
-		case "text":
-			bl.add(str(b, txt))
-		case "tool_use", "server_tool_use", "mcp_tool_use":
-			bl.calls = append(bl.calls, call{id: str(b, id), name: str(b, name), args: string(b[input.s:input.e])})
-		case "tool_result":
-			r := result{id: str(b, toolUseID)}
-			if lazyText(b, bc, &r) {
-				r.path = "content." + strconv.Itoa(k) + ".content"
-			}
-			bl.results = append(bl.results, r)
-		}
-		return e
-	})
-	return bl, end
-}
-
-func anthropicItemFast(b []byte, f spanFields) (it item, ok bool) {
-	content := f.content
-	if content.ok() && b[content.s] == '{' {
-		return it, false
-	}
-	role := str(b, f.role)
-	it.role = role
-	if content.ok() && b[content.s] == '"' {
-		it.text = str(b, content)
-	}
-	if bl := f.blocks; bl != nil {
-		if !bl.ok {
-			return item{}, false
-		}
-		it.text = bl.text.String()
-		it.calls, it.results = bl.calls, bl.results
-	}
-	switch {
-	case role == "assistant":
-		it.kind = kindAssistant
-	case role == "user" && len(it.results) > 0:
-		it.kind = kindTool
-	case role == "user":
-		it.kind = kindUser
-	default:
-		it.kind = kindSystem
-	}
-	return it, true
-}
-
-// parseConvSlow is the gjson reader, for bodies topLevel cannot read.
-func parseConvSlow(api wire.API, body []byte, c conv) (conv, bool) {
-	if api == wire.APIResponses {
-		c.noDrop = gjson.GetBytes(body, "previous_response_id").String() != ""
-	}
-	list := gjson.GetBytes(body, c.listPath)
-	if !list.IsArray() {
-		return c, false
-	}
-	if list.Index > 0 && list.Index+len(list.Raw) <= len(body) {
-		c.listStart, c.listEnd = list.Index, list.Index+len(list.Raw)
-	}
-	list.ForEach(func(_, v gjson.Result) bool {
-		var it item
-		switch api {
-		case wire.APIChat:
-			it = chatItem(v)
-		case wire.APIResponses:
-			it = responsesItem(v)
-		default:
-			it = anthropicItem(v)
-		}
-		it.raw = rawOf(body, v)
-		c.items = append(c.items, it)
-		return true
-	})
-	c.head = headEnd(c.items)
-	return c, true
-}
-
-// rawOf returns v's bytes, aliasing body when gjson located them there. The
-// slice is only ever read.
-func rawOf(body []byte, v gjson.Result) []byte {
-	if v.Index > 0 && v.Index+len(v.Raw) <= len(body) && string(body[v.Index:v.Index+len(v.Raw)]) == v.Raw {
-		return body[v.Index : v.Index+len(v.Raw) : v.Index+len(v.Raw)]
-	}
-	return []byte(v.Raw)
+	c.envW, c.envTools = r.w-list.w, r.tools
+	return est, true, true
 }
 
 // headEnd returns the end of the protected head: everything up to and
@@ -565,229 +215,6 @@ func headEnd(items []item) int {
 	return n
 }
 
-// contentText joins the text of a content value: a string, or an array of
-// parts/blocks with a "text" member. plain is false when the array holds
-// anything but text (an image, a document), so that cutting leaves it be.
-func contentText(v gjson.Result) (text string, plain bool) {
-	switch {
-	case v.Type == gjson.String:
-		return v.String(), true
-	case v.IsArray():
-		var b strings.Builder
-		plain = true
-		v.ForEach(func(_, p gjson.Result) bool {
-			t := p.Get("text")
-			if t.Type != gjson.String {
-				plain = false
-				return true
-			}
-			if b.Len() > 0 {
-				b.WriteByte('\n')
-			}
-			b.WriteString(t.String())
-			return true
-		})
-		return b.String(), plain
-	}
-	return "", false
-}
-
-// fields reads the members of an object in one pass: gjson's Get would
-// rescan a large item once per member.
-type fields struct {
-	role, typ, content, toolCalls, functionCall, toolCallID, name, callID, output, arguments, input gjson.Result
-}
-
-func readFields(v gjson.Result) (f fields) {
-	v.ForEach(func(k, x gjson.Result) bool {
-		switch k.Str {
-		case "role":
-			f.role = x
-		case "type":
-			f.typ = x
-		case "content":
-			f.content = x
-		case "tool_calls":
-			f.toolCalls = x
-		case "function_call":
-			f.functionCall = x
-		case "tool_call_id":
-			f.toolCallID = x
-		case "name":
-			f.name = x
-		case "call_id":
-			f.callID = x
-		case "output":
-			f.output = x
-		case "arguments":
-			f.arguments = x
-		case "input":
-			f.input = x
-		}
-		return true
-	})
-	return f
-}
-
-func chatItem(v gjson.Result) item {
-	f := readFields(v)
-	role := f.role.String()
-	it := item{role: role}
-	text, plain := contentText(f.content)
-	switch role {
-	case "system", "developer":
-		it.kind, it.text = kindSystem, text
-	case "user":
-		it.kind, it.text = kindUser, text
-	case "assistant":
-		it.kind, it.text = kindAssistant, text
-		f.toolCalls.ForEach(func(_, tc gjson.Result) bool {
-			it.calls = append(it.calls, call{
-				id:   tc.Get("id").String(),
-				name: tc.Get("function.name").String(),
-				args: tc.Get("function.arguments").String(),
-			})
-			return true
-		})
-		if fc := f.functionCall; fc.Exists() {
-			name := fc.Get("name").String()
-			it.calls = append(it.calls, call{id: "fn:" + name, name: name, args: fc.Get("arguments").String()})
-		}
-	case "tool", "function":
-		it.kind = kindTool
-		id := f.toolCallID.String()
-		if role == "function" {
-			id = "fn:" + f.name.String()
-		}
-		r := result{id: id, text: text}
-		if plain {
-			r.path = "content"
-		}
-		it.results = []result{r}
-	default:
-		// An unknown role is kept in place, never dropped: we cannot tell
-		// what pairs with it.
-		it.kind = kindSystem
-	}
-	return it
-}
-
-func responsesItem(v gjson.Result) item {
-	f := readFields(v)
-	typ := f.typ.String()
-	role := f.role.String()
-	it := item{role: role}
-	switch {
-	case typ == "" || typ == "message":
-		text, _ := contentText(f.content)
-		it.text = text
-		switch role {
-		case "user":
-			it.kind = kindUser
-		case "assistant":
-			it.kind = kindAssistant
-		default:
-			it.kind = kindSystem
-		}
-	case strings.HasSuffix(typ, "_output"):
-		it.kind, it.role = kindTool, "tool"
-		text, plain := contentText(f.output)
-		r := result{id: f.callID.String(), text: text}
-		if plain && (typ == "function_call_output" || typ == "custom_tool_call_output") {
-			r.path = "output"
-		}
-		it.results = []result{r}
-	default:
-		// function_call, custom_tool_call, reasoning, item_reference and
-		// the built-in tool calls are all the model's side of a turn.
-		it.kind, it.role = kindAssistant, "assistant"
-		if id := f.callID.String(); id != "" {
-			args := f.arguments.String()
-			if args == "" {
-				args = f.input.String()
-			}
-			it.calls = []call{{id: id, name: f.name.String(), args: args}}
-		}
-	}
-	return it
-}
-
-func anthropicItem(v gjson.Result) item {
-	f := readFields(v)
-	role := f.role.String()
-	it := item{role: role}
-	content := f.content
-	var text strings.Builder
-	add := func(s string) {
-		if s == "" {
-			return
-		}
-		if text.Len() > 0 {
-			text.WriteByte('\n')
-		}
-		text.WriteString(s)
-	}
-	if content.Type == gjson.String {
-		add(content.String())
-	}
-	content.ForEach(func(k, b gjson.Result) bool {
-		bf := readBlock(b)
-		switch bf.typ.String() {
-		case "text":
-			add(bf.text.String())
-		case "tool_use", "server_tool_use", "mcp_tool_use":
-			it.calls = append(it.calls, call{id: bf.id.String(), name: bf.name.String(), args: bf.input.Raw})
-		case "tool_result":
-			t, plain := contentText(bf.content)
-			r := result{id: bf.toolUseID.String(), text: t}
-			if plain {
-				r.path = "content." + strconv.Itoa(int(k.Int())) + ".content"
-			}
-			it.results = append(it.results, r)
-		}
-		return true
-	})
-	it.text = text.String()
-	switch {
-	case role == "assistant":
-		it.kind = kindAssistant
-	case role == "user" && len(it.results) > 0:
-		it.kind = kindTool
-	case role == "user":
-		it.kind = kindUser
-	default:
-		it.kind = kindSystem
-	}
-	return it
-}
-
-type blockFields struct {
-	typ, text, id, name, input, toolUseID, content gjson.Result
-}
-
-func readBlock(b gjson.Result) (f blockFields) {
-	b.ForEach(func(k, x gjson.Result) bool {
-		switch k.Str {
-		case "type":
-			f.typ = x
-		case "text":
-			f.text = x
-		case "id":
-			f.id = x
-		case "name":
-			f.name = x
-		case "input":
-			f.input = x
-		case "tool_use_id":
-			f.toolUseID = x
-		case "content":
-			f.content = x
-		}
-		return true
-	})
-	return f
-}
-
 // decoded returns r's text as bytes. It is only ever read.
 func (c *conv) decoded(r *result) []byte {
 	if !r.lazy {
@@ -800,7 +227,7 @@ func (c *conv) decoded(r *result) []byte {
 		// Decoded once into the conversation's arena: a text is weighed,
 		// hashed and cut from the same bytes.
 		if cap(c.arena)-len(c.arena) < len(r.src) {
-			c.arena = make([]byte, 0, max(len(r.src), 64<<10))
+			c.arena = make([]byte, 0, max(len(r.src), 2*cap(c.arena), 64<<10))
 		}
 		n := len(c.arena)
 		c.arena = appendUnescaped(c.arena, r.src)
@@ -818,11 +245,18 @@ func (c *conv) textOf(r *result) string {
 	return r.text
 }
 
+// viewOf returns r's text without copying it: the string aliases the body
+// or the arena, so it must not outlive the Rewrite.
+func (c *conv) viewOf(r *result) string {
+	d := c.decoded(r)
+	return unsafe.String(unsafe.SliceData(d), len(d))
+}
+
 // rawLen bounds the length of r's text in bytes without decoding it:
 // escapes only shrink when decoded.
 func (r *result) rawLen() int {
 	if r.lazy {
-		return len(r.src) // escapes only shrink when decoded
+		return len(r.src)
 	}
 	return len(r.text)
 }
@@ -833,12 +267,8 @@ func (c *conv) measure(r *result) {
 		return
 	}
 	d := c.decoded(r)
-	c.setMeasures(r, d)
-}
-
-func (c *conv) setMeasures(r *result, d []byte) {
 	r.n = len(d)
-	r.runes = utf8.RuneCount(d)
+	r.runes = runeCount(d)
 	r.sum = crc64.Update(0, crcTable, d)
 	r.measured = true
 }
@@ -868,13 +298,12 @@ func (c *conv) identOf(i int) uint64 {
 	for k := range it.results {
 		r := &it.results[k]
 		ws(r.id)
-		if r.lazy && r.esc && r.dec == nil {
-			// Hashed only: decode into the scratch buffer, not the arena.
-			c.scratch = appendUnescaped(c.scratch[:0], r.src)
-			w(c.scratch)
-			continue
-		}
-		w(c.decoded(r))
+		// The text's own hash (measured for deduplication and blob keys
+		// anyway) is spliced into the stream rather than the text hashed
+		// again: tool output is most of what a prefix holds.
+		c.measure(r)
+		h = crcAppend(h, r.sum, r.n)
+		h = crc64.Update(h, crcTable, zero[:])
 	}
 	if it.text == "" && len(it.calls) == 0 && len(it.results) == 0 {
 		h = crc64.Update(h, crcTable, it.raw)

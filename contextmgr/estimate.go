@@ -3,6 +3,7 @@ package contextmgr
 import (
 	"bytes"
 	"encoding/binary"
+	"math"
 	"math/bits"
 
 	"github.com/haltline/haltline/wire"
@@ -126,13 +127,36 @@ func Estimate(api wire.API, body []byte) int64 {
 //
 // When even the most a body of its size can weigh fits the watermark (a
 // large-window model), it decides without reading the body and returns
-// that bound as the estimate.
+// that bound as the estimate. When the body goes over the watermark, it
+// stops reading where it does and returns the estimate of what it read:
+// the rest could only add to it.
 func NeedsRewrite(api wire.API, body []byte, watermark int64) (estimate int64, needs bool) {
 	if bound := upperBound(api, len(body)); watermark <= 0 || bound <= watermark {
 		return bound, false
 	}
-	est := Estimate(api, body)
+	w, tools := scanUntil(body, api != wire.APIMessages, fitWeight(api, watermark))
+	est := finish(api, w, tools)
 	return est, est > watermark
+}
+
+// fitWeight returns the largest weight finish keeps within wm (without the
+// tools overhead, which only adds): a scan past it is over wm.
+func fitWeight(api wire.API, wm int64) int64 {
+	if finish(api, 0, false) > wm {
+		return -1
+	}
+	// finish is monotone in the weight, and one token more than wm
+	// already weighs over it.
+	lo, hi := int64(0), (wm+1)*weightScale
+	for lo < hi {
+		mid := lo + (hi-lo+1)/2
+		if finish(api, mid, false) <= wm {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	return lo
 }
 
 // maxWeightPerByte bounds scan's weight per byte of body: the heaviest
@@ -159,6 +183,11 @@ func upperBound(api wire.API, n int) int64 {
 // Responses round trip carrying three 50-byte ids costs no more than its
 // text), while Anthropic does render tool_use ids.
 func scan(b []byte, cheapIDs bool) (w int64, tools bool) {
+	return scanUntil(b, cheapIDs, math.MaxInt64)
+}
+
+// scanUntil is scan, stopping once the weight is over stop.
+func scanUntil(b []byte, cheapIDs bool, stop int64) (w int64, tools bool) {
 	var lastKey []byte
 	i := 0
 	for i < len(b) {
@@ -200,6 +229,11 @@ func scan(b []byte, cheapIDs bool) (w int64, tools bool) {
 			}
 		}
 		w += sw + valueWeight
+		if w > stop {
+			// Checked at string values only: they are nearly all of the
+			// weight, and a check per byte would cost more than it saves.
+			return w, tools
+		}
 	}
 	return w, tools
 }
@@ -213,59 +247,64 @@ func skipWS(b []byte, i int) int {
 
 // weighString weighs the contents of the string starting at b[start] and
 // returns the index of its closing quote (len(b) when it is not closed).
-// Eight bytes at a time are tested for a quote or a backslash (SWAR), so a
-// run of plain text costs only its table lookups and an escape costs a
-// trailing-zero count, not a branch per byte.
+// Eight bytes at a time are tested for a quote or a backslash (SWAR); a
+// word whose backslashes stand alone (\" and \n of embedded logs and JSON)
+// is weighed whole, its escaped quotes told from the closing one by a shift
+// of the backslash flags, so that escapes do not cost a branch each.
 func weighString(b []byte, start int) (w int64, end int) {
 	i := start
 	var s uint64
+	var pend uint // 1 when b[i] is escaped by the backslash before it
 	for i+8 <= len(b) {
 		x := binary.LittleEndian.Uint64(b[i:])
-		m := byteMask(x, '"') | byteMask(x, '\\')
-		if m == 0 {
-			s += uint64(byteWeight[b[i]]) + uint64(byteWeight[b[i+1]]) + uint64(byteWeight[b[i+2]]) + uint64(byteWeight[b[i+3]]) +
-				uint64(byteWeight[b[i+4]]) + uint64(byteWeight[b[i+5]]) + uint64(byteWeight[b[i+6]]) + uint64(byteWeight[b[i+7]])
+		if byteMask(x, '"')|byteMask(x, '\\') == 0 {
+			s += weigh8((*[8]byte)(b[i : i+8]))
 			i += 8
+			pend = 0
 			continue
 		}
-		// The lowest flagged byte is always a true match (the borrow of
-		// the zero-byte test only runs upwards).
-		k := i + bits.TrailingZeros64(m)/8
-		for ; i < k; i++ {
-			s += uint64(byteWeight[b[i]])
+		bs := compact(eqMask(x, '\\'))
+		if bs&(bs<<1|pend) == 0 {
+			escaped := bs<<1 | pend
+			if q := compact(eqMask(x, '"')) &^ escaped & 0xff; q != 0 {
+				for k := bits.TrailingZeros(q); k > 0; k-- {
+					s += uint64(byteWeight[b[i]])
+					i++
+				}
+				return int64(s), i
+			}
+			s += weigh8((*[8]byte)(b[i : i+8]))
+			i += 8
+			pend = escaped >> 8
+			continue
 		}
-		if b[i] == '"' {
-			return int64(s), i
-		}
-		s += uint64(byteWeight['\\'])
-		i++
-		if i < len(b) {
-			s += uint64(byteWeight[b[i]])
-			i++
+		// Runs of backslashes: byte by byte through this word.
+		for e := i + 8; i < e; i++ {
+			c := b[i]
+			switch {
+			case pend != 0:
+				pend = 0
+			case c == '"':
+				return int64(s), i
+			case c == '\\':
+				pend = 1
+			}
+			s += uint64(byteWeight[c])
 		}
 	}
-	for i < len(b) {
+	for ; i < len(b); i++ {
 		c := b[i]
-		if c == '"' {
+		switch {
+		case pend != 0:
+			pend = 0
+		case c == '"':
 			return int64(s), i
+		case c == '\\':
+			pend = 1
 		}
 		s += uint64(byteWeight[c])
-		i++
-		if c == '\\' && i < len(b) {
-			s += uint64(byteWeight[b[i]])
-			i++
-		}
 	}
 	return int64(s), len(b)
-}
-
-// byteMask returns x's bytes equal to c flagged in their high bit (the
-// classic SWAR zero-byte test on x XOR c repeated); above the lowest true
-// match a flag may be spurious.
-func byteMask(x uint64, c byte) uint64 {
-	const lo, hi = 0x0101010101010101, 0x8080808080808080
-	v := x ^ (lo * uint64(c))
-	return (v - lo) &^ v & hi
 }
 
 func isIDKey(k []byte) bool {

@@ -9,134 +9,253 @@ import (
 	"unicode/utf8"
 )
 
-// A minimal single-pass reader over JSON the body validation already
-// accepted: it locates values without decoding them, so that only the
-// strings that are used are ever unescaped.
+// Byte-level primitives of the package's JSON reading. Strings are read
+// eight bytes at a time (SWAR): agent traffic is mostly long strings, and
+// tool output embedded as a JSON string carries an escape every few bytes
+// (\" and \n of logs and JSON), so the common escapes are handled a word
+// at a time rather than by leaving the word loop for each.
 
-// span is a value's bytes [s, e) in the buffer it was read from.
+// span is a value's bytes [s, e) in the buffer it was read from, and the
+// weight scan gives it there (set by the reader for the values it keeps).
 type span struct {
 	s, e int
+	w    int64
 }
 
 func (v span) ok() bool { return v.e > v.s }
 
-// stringEnd returns the index after the closing quote of the string whose
-// opening quote is at b[i], and whether it holds escapes.
-func stringEnd(b []byte, i int) (end int, esc bool) {
+const (
+	swarLo = 0x0101010101010101
+	swarHi = 0x8080808080808080
+	swar7f = 0x7f7f7f7f7f7f7f7f
+)
+
+// byteMask returns x's bytes equal to c flagged in their high bit (the
+// classic SWAR zero-byte test on x XOR c repeated); above the lowest true
+// match a flag may be spurious. It is the cheap test for "any match".
+func byteMask(x uint64, c byte) uint64 {
+	v := x ^ (swarLo * uint64(c))
+	return (v - swarLo) &^ v & swarHi
+}
+
+// ctrlLoose flags x's bytes below 0x20 as byteMask flags its matches.
+func ctrlLoose(x uint64) uint64 {
+	return (x - swarLo*0x20) &^ x & swarHi
+}
+
+// eqMask returns exactly x's bytes equal to c, flagged in their high bit.
+func eqMask(x uint64, c byte) uint64 {
+	v := x ^ (swarLo * uint64(c))
+	return ^((v&swar7f + swar7f) | v) & swarHi
+}
+
+// ctrlMask returns exactly x's bytes below 0x20.
+func ctrlMask(x uint64) uint64 {
+	return ^((x&swar7f + swarLo*0x60) | x) & swarHi
+}
+
+// compact gathers the flags of a mask into bits 0–7 (byte k to bit k): the
+// multiplier's terms land the eight flags on distinct bits of the top byte.
+func compact(m uint64) uint {
+	return uint(((m >> 7) * 0x0102040810204080) >> 56)
+}
+
+// weigh8 sums the byte weights of p. The bytes are loaded from memory one
+// by one rather than shifted out of a word: a load and a table lookup a
+// byte is about half the instructions.
+func weigh8(p *[8]byte) uint64 {
+	return uint64(byteWeight[p[0]]) + uint64(byteWeight[p[1]]) +
+		uint64(byteWeight[p[2]]) + uint64(byteWeight[p[3]]) +
+		uint64(byteWeight[p[4]]) + uint64(byteWeight[p[5]]) +
+		uint64(byteWeight[p[6]]) + uint64(byteWeight[p[7]])
+}
+
+// escapeOK marks the bytes a backslash may escape.
+var escapeOK = [256]bool{'"': true, '\\': true, '/': true, 'b': true, 'f': true, 'n': true, 'r': true, 't': true, 'u': true}
+
+// validEscape reports whether the escape whose backslash is at b[p-1] is
+// valid JSON.
+func validEscape(b []byte, p int) bool {
+	if p >= len(b) || !escapeOK[b[p]] {
+		return false
+	}
+	return b[p] != 'u' || len(b)-p >= 5 && ishex(b[p+1]) && ishex(b[p+2]) && ishex(b[p+3]) && ishex(b[p+4])
+}
+
+// lexString reads the JSON string whose opening quote is at b[i]. It
+// returns the index after the closing quote, the weight of its contents
+// (what weighString returns), whether they hold escapes, and false when the
+// string is not valid JSON (a control character, a bad escape, no closing
+// quote).
+func lexString(b []byte, i int) (end int, w uint64, esc, ok bool) {
 	i++
+	var s uint64
+	// pend: b[i] is escaped by the backslash before it; check: and that
+	// escape is still to be validated.
+	var pend, check uint
 	for i+8 <= len(b) {
 		x := binary.LittleEndian.Uint64(b[i:])
-		m := byteMask(x, '"') | byteMask(x, '\\')
-		if m == 0 {
+		mq, mb, mc := byteMask(x, '"'), byteMask(x, '\\'), ctrlLoose(x)
+		if mq|mb|mc == 0 && check == 0 {
+			s += weigh8((*[8]byte)(b[i : i+8]))
 			i += 8
+			pend = 0
 			continue
 		}
-		i += bits.TrailingZeros64(m) / 8
-		if b[i] == '"' {
-			return i + 1, esc
+		var bs uint
+		if mb != 0 {
+			bs = compact(eqMask(x, '\\'))
 		}
-		esc = true
-		i += 2
-	}
-	for i < len(b) {
-		switch b[i] {
-		case '"':
-			return i + 1, esc
-		case '\\':
-			esc = true
-			i += 2
-			continue
-		}
-		i++
-	}
-	return len(b), esc
-}
-
-// valueEnd returns the index after the value starting at b[i] (no leading
-// white space).
-func valueEnd(b []byte, i int) int {
-	if i >= len(b) {
-		return i
-	}
-	switch b[i] {
-	case '"':
-		e, _ := stringEnd(b, i)
-		return e
-	case '{', '[':
-		depth := 0
-		for i < len(b) {
-			switch b[i] {
-			case '"':
-				i, _ = stringEnd(b, i)
-				continue
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return i + 1
+		if bs&(bs<<1|pend) == 0 {
+			// Lone backslashes only: each escapes the byte after it.
+			escaped := bs<<1 | pend
+			n := 8 // bytes of the word inside the string
+			var qa uint
+			if mq != 0 {
+				qa = compact(eqMask(x, '"'))
+				if q := qa &^ escaped & 0xff; q != 0 {
+					n = bits.TrailingZeros(q)
 				}
 			}
-			i++
-		}
-		return len(b)
-	default:
-		for i < len(b) {
-			switch b[i] {
-			case ',', '}', ']', ' ', '\n', '\r', '\t':
-				return i
+			in := uint(1)<<n - 1
+			if mc != 0 && compact(ctrlMask(x))&in != 0 {
+				return i, 0, false, false
 			}
-			i++
+			// The escapes of this word (and the one carried in) are
+			// checked here; one whose escaped byte is in the next word is
+			// carried over. \" and \n, the bulk of embedded logs and JSON,
+			// are told valid by mask.
+			bsIn := bs & in
+			esc = esc || bsIn != 0
+			ep := (bsIn<<1 | check) & 0xff
+			if ep != 0 && ep&^(qa|compact(eqMask(x, 'n'))) != 0 {
+				for m := ep; m != 0; m &= m - 1 {
+					if !validEscape(b, i+bits.TrailingZeros(m)) {
+						return i, 0, false, false
+					}
+				}
+			}
+			if n < 8 {
+				for k := range n {
+					s += uint64(byteWeight[b[i+k]])
+				}
+				return i + n + 1, s, esc, true
+			}
+			s += weigh8((*[8]byte)(b[i : i+8]))
+			i += 8
+			pend = escaped >> 8
+			check = pend
+			continue
 		}
-		return i
+		// Runs of backslashes: byte by byte through this word.
+		if check != 0 && !validEscape(b, i) {
+			return i, 0, false, false
+		}
+		check = 0
+		for e := i + 8; i < e; i++ {
+			c := b[i]
+			s += uint64(byteWeight[c])
+			switch {
+			case pend != 0:
+				pend = 0
+			case c == '"':
+				return i + 1, s - uint64(byteWeight['"']), esc, true
+			case c < ' ':
+				return i, 0, false, false
+			case c == '\\':
+				if !validEscape(b, i+1) {
+					return i, 0, false, false
+				}
+				esc, pend = true, 1
+			}
+		}
 	}
-}
-
-// eachMember calls f for each member of the object whose opening brace is
-// at b[i], with its raw key (quotes excluded) and the start of its value; f
-// returns the end of the value (valueEnd, or further parsing of its own).
-// eachMember returns the end of the object; ok is false when a key holds an
-// escape (the caller then takes the slow path).
-func eachMember(b []byte, i int, f func(key []byte, val int) int) (end int, ok bool) {
-	i = skipWS(b, i+1)
-	for i < len(b) && b[i] == '"' {
-		ke, esc := stringEnd(b, i)
-		if esc {
-			return 0, false
-		}
-		key := b[i+1 : ke-1]
-		i = skipWS(b, ke)
-		i = skipWS(b, i+1) // the colon
-		i = skipWS(b, f(key, i))
-		if i < len(b) && b[i] == ',' {
-			i = skipWS(b, i+1)
+	if check != 0 && !validEscape(b, i) {
+		return i, 0, false, false
+	}
+	for ; i < len(b); i++ {
+		c := b[i]
+		s += uint64(byteWeight[c])
+		switch {
+		case pend != 0:
+			pend = 0
+		case c == '"':
+			return i + 1, s - uint64(byteWeight['"']), esc, true
+		case c < ' ':
+			return i, 0, false, false
+		case c == '\\':
+			if !validEscape(b, i+1) {
+				return i, 0, false, false
+			}
+			esc, pend = true, 1
 		}
 	}
-	return i + 1, true
-}
-
-// eachElement calls f for each element of the array whose opening bracket
-// is at b[i]; f returns the element's end. It returns the array's end.
-func eachElement(b []byte, i int, f func(val int) int) int {
-	i = skipWS(b, i+1)
-	for i < len(b) && b[i] != ']' {
-		i = skipWS(b, f(i))
-		if i < len(b) && b[i] == ',' {
-			i = skipWS(b, i+1)
-		}
-	}
-	return i + 1
+	return len(b), 0, false, false
 }
 
 // appendUnescaped appends the decoded contents of a JSON string (s is
 // between the quotes), exactly as gjson decodes it.
 func appendUnescaped(dst, s []byte) []byte {
-	// Decoding never lengthens: write in place into room for s.
+	// Decoding never lengthens: write in place into room for s, plus a
+	// word of slack for whole-word stores.
 	n := len(dst)
-	dst = slices.Grow(dst, len(s))[:n+len(s)]
+	dst = slices.Grow(dst, len(s)+8)[:n+len(s)+8]
 	out := dst[n:]
-	j := 0
-	for i := 0; i < len(s); {
+	i, j := 0, 0
+	for {
+		for i+8 <= len(s) {
+			x := binary.LittleEndian.Uint64(s[i:])
+			mb, mc := byteMask(x, '\\'), ctrlLoose(x)
+			if mb|mc == 0 {
+				binary.LittleEndian.PutUint64(out[j:], x)
+				i += 8
+				j += 8
+				continue
+			}
+			if mc != 0 {
+				break
+			}
+			// Lone backslashes with one-letter escapes, the bulk of
+			// embedded text: the word's pieces between them are stored
+			// whole (a store of the shifted word; what it writes past the
+			// piece is overwritten next), each escape as its letter.
+			bs := compact(eqMask(x, '\\'))
+			if bs&(bs<<1) != 0 {
+				break
+			}
+			lim := 8
+			if bs&0x80 != 0 {
+				// Its letter is in the next word: leave it to that word.
+				lim, bs = 7, bs&0x7f
+			}
+			start := 0
+			for m := bs; m != 0; m &= m - 1 {
+				p := bits.TrailingZeros(m)
+				e := unescapeByte[byte(x>>(8*(p+1)))]
+				if e == 0 {
+					break
+				}
+				binary.LittleEndian.PutUint64(out[j:], x>>(8*start))
+				j += p - start
+				out[j] = e
+				j++
+				start = p + 2
+				bs &= bs - 1
+			}
+			if bs != 0 {
+				// A \u or an invalid escape: from its backslash on, the
+				// escapes are read one by one.
+				i += start
+				break
+			}
+			binary.LittleEndian.PutUint64(out[j:], x>>(8*start))
+			j += lim - start
+			i += lim
+		}
+		// One byte, or one escape, at a time.
+		if i >= len(s) {
+			return dst[:n+j]
+		}
 		c := s[i]
 		if c >= ' ' && c != '\\' {
 			out[j] = c
@@ -145,11 +264,11 @@ func appendUnescaped(dst, s []byte) []byte {
 			continue
 		}
 		if c < ' ' {
-			break
+			return dst[:n+j]
 		}
 		i++
 		if i >= len(s) {
-			break
+			return dst[:n+j]
 		}
 		switch s[i] {
 		default:
@@ -191,10 +310,34 @@ func appendUnescaped(dst, s []byte) []byte {
 		i++
 		j++
 	}
-	return dst[:n+j]
 }
+
+// unescapeByte maps the letter of a one-letter escape to what it stands
+// for; 0 for the others.
+var unescapeByte = [256]byte{'"': '"', '\\': '\\', '/': '/', 'b': '\b', 'f': '\f', 'n': '\n', 'r': '\r', 't': '\t'}
 
 func hex4(s []byte) rune {
 	n, _ := strconv.ParseUint(string(s[:4]), 16, 64)
 	return rune(n)
+}
+
+// runeCount is utf8.RuneCount, with ASCII taken eight bytes at a time.
+func runeCount(b []byte) int {
+	n, i := 0, 0
+	for i < len(b) {
+		if i+8 <= len(b) && binary.LittleEndian.Uint64(b[i:])&swarHi == 0 {
+			i += 8
+			n += 8
+			continue
+		}
+		if b[i] < utf8.RuneSelf {
+			i++
+			n++
+			continue
+		}
+		_, size := utf8.DecodeRune(b[i:])
+		i += size
+		n++
+	}
+	return n
 }

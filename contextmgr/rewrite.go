@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"sync"
+	"unsafe"
 
 	"github.com/haltline/haltline/wire"
 )
@@ -28,9 +30,10 @@ var ErrInvalidBody = errors.New("contextmgr: request body is not valid JSON")
 type Rewriter struct {
 	// Blob stores the full text of a cut tool output and returns the handle
 	// the cut text names (DESIGN §7 serves it at
-	// /api/v1/runs/{id}/blobs/{handle}). It is called once per distinct
-	// output per run: the handle is remembered in State.Blobs. Nil means
-	// the full text is not kept, and the cut text says so.
+	// /api/v1/runs/{id}/blobs/{handle}). It is called for the outputs a
+	// rewrite forwards cut (not for those a compression drops), once per
+	// distinct output per run: the handle is remembered in State.Blobs.
+	// Nil means the full text is not kept, and the cut text says so.
 	Blob func(text string) (handle string)
 	// Summarise, when set, writes the summary of dropped turns (the lead
 	// wires a model call here). prev is the run's summary so far; the
@@ -102,15 +105,24 @@ func orDefault(v, d int) int {
 // without a new compression. body is never modified; st (per run, may be
 // nil for a one-off) is updated.
 func (rw *Rewriter) Rewrite(ctx context.Context, api wire.API, body []byte, watermark int64, st *State) (out []byte, rep Report, err error) {
-	before, needs := NeedsRewrite(api, body, watermark)
+	if bound := upperBound(api, len(body)); watermark <= 0 || bound <= watermark {
+		return body, Report{TokensBefore: bound, TokensAfter: bound, Watermark: watermark}, nil
+	}
+	// One pass validates, weighs and reads the body: the estimate is the
+	// one NeedsRewrite gives, without reading the body a second time.
+	c := getConv()
+	defer putConv(c)
+	before, valid, ok := c.read(api, body)
+	if !valid {
+		before = Estimate(api, body)
+	}
 	rep = Report{TokensBefore: before, TokensAfter: before, Watermark: watermark}
-	if !needs {
+	if before <= watermark {
 		return body, rep, nil
 	}
-	if !validJSON(body) {
+	if !valid {
 		return body, rep, ErrInvalidBody
 	}
-	c, ok := parseConv(api, body)
 	if !ok {
 		rep.Over = true
 		return body, rep, nil
@@ -118,14 +130,14 @@ func (rw *Rewriter) Rewrite(ctx context.Context, api wire.API, body []byte, wate
 	if st == nil {
 		st = &State{}
 	}
-	p := &plan{rw: rw, c: &c, st: st, body: body, rep: &rep}
+	p := &plan{rw: rw, c: c, st: st, body: body, rep: &rep}
 	p.index()
 
 	// Reuse the run's compressed prefix when the history still starts with
 	// what was dropped: that is what keeps the prefix byte-stable.
 	c0 := c.head
 	if st.CutEnd > 0 {
-		if st.CutEnd <= len(c.items) && st.CutEnd >= c.head && c.prefixHash(st.CutEnd) == st.CutHash && p.valid(st.CutEnd) {
+		if st.CutEnd <= len(c.items) && st.CutEnd >= c.head && c.prefixIs(st, body, st.CutEnd, st.CutHash) && p.valid(st.CutEnd) {
 			c0 = st.CutEnd
 			rep.Reused = true
 		} else {
@@ -133,24 +145,80 @@ func (rw *Rewriter) Rewrite(ctx context.Context, api wire.API, body []byte, wate
 			// edited history): start over, keeping the pinned facts and
 			// the stored blobs.
 			st.CutEnd, st.CutHash, st.LastDropped, st.Summary, st.SummaryBy, st.Dropped = 0, "", "", "", "", 0
+			p.stateChanged()
 		}
 	}
 
-	out, est, err := p.build(c0)
+	// Whether the kept history fits is first asked of a lower bound that
+	// calls no Blob: when it does not fit, most of the outputs it would
+	// have stored are about to be dropped.
+	p.bounding = true
+	est, err := p.estimate(c0)
+	p.bounding = false
+	if err == nil && est <= watermark && p.provisional {
+		est, err = p.estimate(c0)
+	}
 	if err != nil {
 		return body, rep, err
 	}
 	if est > watermark {
 		out, est, err = p.compress(ctx, c0, watermark)
-		if err != nil {
-			return body, rep, err
-		}
+	} else {
+		out, err = p.assemble(c0)
+	}
+	if err != nil {
+		return body, rep, err
 	}
 	rep.Rewritten = true
 	rep.TokensAfter = est
 	rep.Dropped = st.Dropped
 	rep.Over = est > watermark
 	return out, rep, nil
+}
+
+// convPool keeps the readings of past requests: their item lists, decoded
+// texts and backing stores are reused rather than allocated per request.
+var convPool = sync.Pool{New: func() any { return new(conv) }}
+
+// poolMax bounds the buffers a pooled reading keeps, so that one huge
+// request does not pin its memory for good.
+const poolMax = 4 << 20
+
+func getConv() *conv { return convPool.Get().(*conv) }
+
+func putConv(c *conv) {
+	// Drop every reference into the request (raw items, texts) before the
+	// reading is reused.
+	clear(c.items)
+	clear(c.callBuf)
+	clear(c.resBuf)
+	if len(c.callAt) > 4096 {
+		c.callAt, c.resultAt = nil, nil
+	}
+	clear(c.callAt)
+	clear(c.resultAt)
+	*c = conv{
+		items:    c.items[:0],
+		arena:    c.arena[:0],
+		callBuf:  c.callBuf[:0],
+		resBuf:   c.resBuf[:0],
+		textBuf:  c.textBuf[:0],
+		callAt:   c.callAt,
+		resultAt: c.resultAt,
+	}
+	if cap(c.arena) > poolMax {
+		c.arena = nil
+	}
+	if cap(c.textBuf) > poolMax {
+		c.textBuf = nil
+	}
+	if cap(c.items) > poolMax/int(unsafe.Sizeof(item{})) {
+		c.items = nil
+	}
+	if cap(c.resBuf) > poolMax/int(unsafe.Sizeof(result{})) {
+		c.resBuf = nil
+	}
+	convPool.Put(c)
 }
 
 // compress drops turns after c0 until the request fits CompressTo ×
@@ -160,7 +228,11 @@ func (p *plan) compress(ctx context.Context, c0 int, watermark int64) ([]byte, i
 	target := int64(float64(watermark) * p.rw.compressTo())
 	cands := p.candidates(c0)
 	if len(cands) == 0 {
-		out, est, err := p.build(c0)
+		est, err := p.estimate(c0)
+		if err != nil {
+			return nil, 0, err
+		}
+		out, err := p.assemble(c0)
 		return out, est, err
 	}
 	kLimit := p.keepLimit()
@@ -186,8 +258,12 @@ func (p *plan) compress(ctx context.Context, c0 int, watermark int64) ([]byte, i
 	}
 	p.summarise(ctx, c0, cands[choice])
 	for {
-		out, est, err := p.build(cands[choice])
-		if err != nil || est <= watermark || choice == len(cands)-1 {
+		est, err := p.estimate(cands[choice])
+		if err != nil {
+			return nil, 0, err
+		}
+		if est <= watermark || choice == len(cands)-1 {
+			out, err := p.assemble(cands[choice])
 			return out, est, err
 		}
 		// The plan under-estimated (the summary came out longer than its
@@ -201,7 +277,9 @@ func (p *plan) compress(ctx context.Context, c0 int, watermark int64) ([]byte, i
 // summarise records the compression of turns [from, to) in the state.
 func (p *plan) summarise(ctx context.Context, from, to int) {
 	st, rep := p.st, p.rep
-	dropped := neutralTurns(p.c, turnsOf(p.c.items[:to], from))
+	// The callback may keep what it is given; the extractive summary only
+	// reads the texts, so it gets views of them rather than copies.
+	dropped := neutralTurns(p.c, turnsOf(p.c.items[:to], from), p.rw.Summarise == nil)
 	var facts []Fact
 	rep.SummaryBy = "extractive"
 	if p.rw.Summarise != nil {
@@ -226,7 +304,7 @@ func (p *plan) summarise(ctx context.Context, from, to int) {
 }
 
 func (p *plan) summariseExtractive(from, to int) {
-	dropped := neutralTurns(p.c, turnsOf(p.c.items[:to], from))
+	dropped := neutralTurns(p.c, turnsOf(p.c.items[:to], from), true)
 	p.st.Summary = mergeSummary(p.st.Summary, extractiveSummary(dropped))
 	p.rep.FactsAdded += p.st.pin(extractFacts(dropped))
 	p.recordCut(to)
@@ -234,9 +312,11 @@ func (p *plan) summariseExtractive(from, to int) {
 
 func (p *plan) recordCut(to int) {
 	st, items := p.st, p.c.items
+	p.stateChanged()
 	prevDropped := st.Dropped
 	st.CutEnd = to
 	st.CutHash = p.c.prefixHash(to)
+	p.c.remember(st, p.body, to, st.CutHash)
 	st.Dropped = 0
 	for i := p.c.head; i < to; i++ {
 		if items[i].kind != kindSystem {

@@ -298,3 +298,77 @@ func TestExtractFacts(t *testing.T) {
 		})
 	}
 }
+
+// TestRewriteConcurrent rewrites different conversations at once: the
+// readings are pooled, so a request must not see another's bytes, and
+// what it returns (body, state) must not alias memory a later request
+// reuses.
+func TestRewriteConcurrent(t *testing.T) {
+	t.Parallel()
+	type job struct {
+		api  wire.API
+		body []byte
+		wm   int64
+		out  []byte
+		st   string
+	}
+	var jobs []*job
+	for i := range 12 {
+		api := apis[i%len(apis)]
+		r := rand.New(rand.NewPCG(uint64(i), 17))
+		body := genConversation(r, 8+r.IntN(12), 9000).render(api)
+		jobs = append(jobs, &job{api: api, body: body, wm: Estimate(api, body) / 3})
+	}
+	run := func(j *job) ([]byte, string) {
+		rw := &Rewriter{Blob: func(string) string { return "h" }}
+		var st State
+		out, _, err := rw.Rewrite(context.Background(), j.api, j.body, j.wm, &st)
+		if err != nil {
+			t.Error(err)
+		}
+		raw, _ := json.Marshal(&st)
+		return out, string(raw)
+	}
+	for _, j := range jobs {
+		j.out, j.st = run(j)
+	}
+	rounds := 20
+	if raceOn {
+		rounds = 3
+	}
+	done := make(chan struct{})
+	for w := range 4 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for k := range rounds * len(jobs) {
+				j := jobs[(k+w)%len(jobs)]
+				out, st := run(j)
+				if !bytes.Equal(out, j.out) || st != j.st {
+					t.Errorf("%v: a concurrent rewrite differs from the sequential one", j.api)
+					return
+				}
+			}
+		}()
+	}
+	for range 4 {
+		<-done
+	}
+	for _, j := range jobs {
+		if out, st := run(j); !bytes.Equal(out, j.out) || st != j.st {
+			t.Fatalf("%v: a later rewrite differs", j.api)
+		}
+	}
+}
+
+// A clone shares nothing with its original: a shadow-mode rewrite on the
+// clone leaves the run's state as it was.
+func TestStateCloneSharesNothing(t *testing.T) {
+	s := &State{Facts: []Fact{{Key: "k", Value: "v"}}, Blobs: map[string]string{"h": "blob-1"}}
+	c := s.Clone()
+	c.Facts[0].Value = "changed"
+	c.Facts = append(c.Facts, Fact{Key: "k2"})
+	c.Blobs["h2"] = "blob-2"
+	if s.Facts[0].Value != "v" || len(s.Facts) != 1 || len(s.Blobs) != 1 {
+		t.Fatalf("original changed through its clone: %+v", s)
+	}
+}

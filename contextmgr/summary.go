@@ -4,6 +4,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Turn is the neutral view of a dropped turn handed to a Summarise
@@ -46,7 +48,10 @@ const (
 	factsMax       = 32   // pinned facts per run
 )
 
-func neutralTurns(c *conv, ts []turn) []Turn {
+// neutralTurns returns the dropped turns ts. With view, result texts are
+// views of the request (see conv.viewOf), for readers that copy what they
+// keep.
+func neutralTurns(c *conv, ts []turn, view bool) []Turn {
 	var out []Turn
 	for _, t := range ts {
 		if t.sticky {
@@ -71,7 +76,13 @@ func neutralTurns(c *conv, ts []turn) []Turn {
 			}
 			for k := range it.results {
 				r := &it.results[k]
-				nt.Results = append(nt.Results, TurnResult{CallID: r.id, Text: c.textOf(r)})
+				text := ""
+				if view {
+					text = c.viewOf(r)
+				} else {
+					text = c.textOf(r)
+				}
+				nt.Results = append(nt.Results, TurnResult{CallID: r.id, Text: text})
 			}
 		}
 		nt.Text = strings.Join(text, "\n")
@@ -104,11 +115,11 @@ func extractiveSummary(dropped []Turn) string {
 			line.WriteString("- Called ")
 			line.WriteString(c.Name)
 			line.WriteByte('(')
-			line.WriteString(clip(oneLine(c.Arguments), 80))
+			line.WriteString(clipLine(c.Arguments, 80))
 			line.WriteByte(')')
 			if r, ok := results[c.ID]; ok {
 				line.WriteString(" → ")
-				line.WriteString(clip(oneLine(r), 120))
+				line.WriteString(clipLine(r, 120))
 			}
 			line.WriteByte('\n')
 		}
@@ -261,6 +272,51 @@ func firstSentence(s string, max int) string {
 func oneLine(s string) string {
 	return strings.Join(strings.Fields(s), " ")
 }
+
+// clipLine returns clip(oneLine(s), max), joining only the fields the clip
+// keeps: a tool output runs to kilobytes and its summary line to a hundred
+// bytes. The result never aliases s.
+func clipLine(s string, max int) string {
+	b := make([]byte, 0, max+1)
+	i := 0
+	for i < len(s) && len(b) <= max {
+		if n := spaceAt(s, i); n > 0 {
+			i += n
+			continue
+		}
+		if len(b) > 0 {
+			b = append(b, ' ')
+		}
+		for i < len(s) && len(b) <= max && spaceAt(s, i) == 0 {
+			size := 1
+			if s[i] >= utf8.RuneSelf {
+				_, size = utf8.DecodeRuneInString(s[i:])
+			}
+			b = append(b, s[i:i+size]...)
+			i += size
+		}
+	}
+	return clip(string(b), max)
+}
+
+// spaceAt returns the length of the white space (as strings.Fields reads
+// it) at s[i], or 0.
+func spaceAt(s string, i int) int {
+	if c := s[i]; c < utf8.RuneSelf {
+		if asciiSpace[c] {
+			return 1
+		}
+		return 0
+	}
+	r, size := utf8.DecodeRuneInString(s[i:])
+	if unicode.IsSpace(r) {
+		return size
+	}
+	return 0
+}
+
+// asciiSpace is the white space strings.Fields knows below utf8.RuneSelf.
+var asciiSpace = [utf8.RuneSelf]bool{'\t': true, '\n': true, '\v': true, '\f': true, '\r': true, ' ': true}
 
 // clip shortens s to at most max bytes on a UTF-8 boundary, marking the cut.
 func clip(s string, max int) string {

@@ -42,17 +42,19 @@ func (p *Pipeline) rewriteContext(ctx context.Context, t *Turn, g *governance, n
 	if f := p.summariser(t, g, now); f != nil {
 		rw.Summarise = f
 	}
-	rw.Blob = func(text string) string {
-		h := p.keepBlob(r, g, g.toolState(), text, now)
-		return h + " (" + p.blobURL(r.ID, h) + ")"
-	}
 	shadow := g.term.EnforcementOf(LineContext) == policy.Shadow
 	st := g.ctx
 	if shadow {
 		// The decision is taken exactly as in enforce, on a copy of the
-		// state, and only recorded.
-		cp := *g.ctx
-		st = &cp
+		// state, and only recorded: no blob is kept for a cut that is not
+		// forwarded.
+		st = g.ctx.Clone()
+		rw.Blob = func(string) string { return "(not kept: shadow mode)" }
+	} else {
+		rw.Blob = func(text string) string {
+			h := p.keepBlob(r, g, g.toolState(), text, now)
+			return h + " (" + p.blobURL(r.ID, h) + ")"
+		}
 	}
 	out, rep, err := rw.Rewrite(ctx, t.Req.API, body, wm, st)
 	if err != nil {

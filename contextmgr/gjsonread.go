@@ -1,0 +1,293 @@
+package contextmgr
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/haltline/haltline/wire"
+	"github.com/tidwall/gjson"
+)
+
+// The gjson readers, for the shapes the fast readers leave alone: member
+// names with escapes, items that are not objects, content objects.
+
+// gjsonItem reads an item with gjson, for the shapes the fast readers
+// leave alone.
+func gjsonItem(api wire.API, g gjson.Result) item {
+	switch api {
+	case wire.APIChat:
+		return chatItem(g)
+	case wire.APIResponses:
+		return responsesItem(g)
+	default:
+		return anthropicItem(g)
+	}
+}
+
+// parseConvSlow is the gjson reader, for bodies the reader leaves to it;
+// it weighs the items and the envelope apart, as scan would.
+func parseConvSlow(api wire.API, body []byte, c *conv) bool {
+	c.exact = false
+	if api == wire.APIResponses {
+		c.noDrop = gjson.GetBytes(body, "previous_response_id").String() != ""
+	}
+	list := gjson.GetBytes(body, c.listPath)
+	if !list.IsArray() {
+		return false
+	}
+	if list.Index > 0 && list.Index+len(list.Raw) <= len(body) {
+		c.listStart, c.listEnd = list.Index, list.Index+len(list.Raw)
+	}
+	cheap := api != wire.APIMessages
+	var itemsW int64
+	list.ForEach(func(_, v gjson.Result) bool {
+		it := gjsonItem(api, v)
+		it.raw = rawOf(body, v)
+		it.w, it.tools = scan(it.raw, cheap)
+		itemsW += it.w
+		c.items = append(c.items, it)
+		return true
+	})
+	if c.listEnd > 0 {
+		w1, t1 := scan(body[:c.listStart], cheap)
+		w2, t2 := scan(body[c.listEnd:], cheap)
+		c.envW, c.envTools = w1+w2, t1 || t2
+	} else {
+		bodyW, tools := scan(body, cheap)
+		c.envW, c.envTools = bodyW-itemsW, tools
+	}
+	c.head = headEnd(c.items)
+	return true
+}
+
+// rawOf returns v's bytes, aliasing body when gjson located them there. The
+// slice is only ever read.
+func rawOf(body []byte, v gjson.Result) []byte {
+	if v.Index > 0 && v.Index+len(v.Raw) <= len(body) && string(body[v.Index:v.Index+len(v.Raw)]) == v.Raw {
+		return body[v.Index : v.Index+len(v.Raw) : v.Index+len(v.Raw)]
+	}
+	return []byte(v.Raw)
+}
+
+// contentText joins the text of a content value: a string, or an array of
+// parts/blocks with a "text" member. plain is false when the array holds
+// anything but text (an image, a document), so that cutting leaves it be.
+func contentText(v gjson.Result) (text string, plain bool) {
+	switch {
+	case v.Type == gjson.String:
+		return v.String(), true
+	case v.IsArray():
+		var b strings.Builder
+		plain = true
+		v.ForEach(func(_, p gjson.Result) bool {
+			t := p.Get("text")
+			if t.Type != gjson.String {
+				plain = false
+				return true
+			}
+			if b.Len() > 0 {
+				b.WriteByte('\n')
+			}
+			b.WriteString(t.String())
+			return true
+		})
+		return b.String(), plain
+	}
+	return "", false
+}
+
+// fields reads the members of an object in one pass: gjson's Get would
+// rescan a large item once per member.
+type fields struct {
+	role, typ, content, toolCalls, functionCall, toolCallID, name, callID, output, arguments, input gjson.Result
+}
+
+func readFields(v gjson.Result) (f fields) {
+	v.ForEach(func(k, x gjson.Result) bool {
+		switch k.Str {
+		case "role":
+			f.role = x
+		case "type":
+			f.typ = x
+		case "content":
+			f.content = x
+		case "tool_calls":
+			f.toolCalls = x
+		case "function_call":
+			f.functionCall = x
+		case "tool_call_id":
+			f.toolCallID = x
+		case "name":
+			f.name = x
+		case "call_id":
+			f.callID = x
+		case "output":
+			f.output = x
+		case "arguments":
+			f.arguments = x
+		case "input":
+			f.input = x
+		}
+		return true
+	})
+	return f
+}
+
+func chatItem(v gjson.Result) item {
+	f := readFields(v)
+	role := f.role.String()
+	it := item{role: role}
+	text, plain := contentText(f.content)
+	switch role {
+	case "system", "developer":
+		it.kind, it.text = kindSystem, text
+	case "user":
+		it.kind, it.text = kindUser, text
+	case "assistant":
+		it.kind, it.text = kindAssistant, text
+		f.toolCalls.ForEach(func(_, tc gjson.Result) bool {
+			it.calls = append(it.calls, call{
+				id:   tc.Get("id").String(),
+				name: tc.Get("function.name").String(),
+				args: tc.Get("function.arguments").String(),
+			})
+			return true
+		})
+		if fc := f.functionCall; fc.Exists() {
+			name := fc.Get("name").String()
+			it.calls = append(it.calls, call{id: "fn:" + name, name: name, args: fc.Get("arguments").String()})
+		}
+	case "tool", "function":
+		it.kind = kindTool
+		id := f.toolCallID.String()
+		if role == "function" {
+			id = "fn:" + f.name.String()
+		}
+		r := result{id: id, text: text}
+		if plain {
+			r.path = "content"
+		}
+		it.results = []result{r}
+	default:
+		// An unknown role is kept in place, never dropped: we cannot tell
+		// what pairs with it.
+		it.kind = kindSystem
+	}
+	return it
+}
+
+func responsesItem(v gjson.Result) item {
+	f := readFields(v)
+	typ := f.typ.String()
+	role := f.role.String()
+	it := item{role: role}
+	switch {
+	case typ == "" || typ == "message":
+		text, _ := contentText(f.content)
+		it.text = text
+		switch role {
+		case "user":
+			it.kind = kindUser
+		case "assistant":
+			it.kind = kindAssistant
+		default:
+			it.kind = kindSystem
+		}
+	case strings.HasSuffix(typ, "_output"):
+		it.kind, it.role = kindTool, "tool"
+		text, plain := contentText(f.output)
+		r := result{id: f.callID.String(), text: text}
+		if plain && (typ == "function_call_output" || typ == "custom_tool_call_output") {
+			r.path = "output"
+		}
+		it.results = []result{r}
+	default:
+		// function_call, custom_tool_call, reasoning, item_reference and
+		// the built-in tool calls are all the model's side of a turn.
+		it.kind, it.role = kindAssistant, "assistant"
+		if id := f.callID.String(); id != "" {
+			args := f.arguments.String()
+			if args == "" {
+				args = f.input.String()
+			}
+			it.calls = []call{{id: id, name: f.name.String(), args: args}}
+		}
+	}
+	return it
+}
+
+func anthropicItem(v gjson.Result) item {
+	f := readFields(v)
+	role := f.role.String()
+	it := item{role: role}
+	content := f.content
+	var text strings.Builder
+	add := func(s string) {
+		if s == "" {
+			return
+		}
+		if text.Len() > 0 {
+			text.WriteByte('\n')
+		}
+		text.WriteString(s)
+	}
+	if content.Type == gjson.String {
+		add(content.String())
+	}
+	content.ForEach(func(k, b gjson.Result) bool {
+		bf := readBlock(b)
+		switch bf.typ.String() {
+		case "text":
+			add(bf.text.String())
+		case "tool_use", "server_tool_use", "mcp_tool_use":
+			it.calls = append(it.calls, call{id: bf.id.String(), name: bf.name.String(), args: bf.input.Raw})
+		case "tool_result":
+			t, plain := contentText(bf.content)
+			r := result{id: bf.toolUseID.String(), text: t}
+			if plain {
+				r.path = "content." + strconv.Itoa(int(k.Int())) + ".content"
+			}
+			it.results = append(it.results, r)
+		}
+		return true
+	})
+	it.text = text.String()
+	switch {
+	case role == "assistant":
+		it.kind = kindAssistant
+	case role == "user" && len(it.results) > 0:
+		it.kind = kindTool
+	case role == "user":
+		it.kind = kindUser
+	default:
+		it.kind = kindSystem
+	}
+	return it
+}
+
+type blockFields struct {
+	typ, text, id, name, input, toolUseID, content gjson.Result
+}
+
+func readBlock(b gjson.Result) (f blockFields) {
+	b.ForEach(func(k, x gjson.Result) bool {
+		switch k.Str {
+		case "type":
+			f.typ = x
+		case "text":
+			f.text = x
+		case "id":
+			f.id = x
+		case "name":
+			f.name = x
+		case "input":
+			f.input = x
+		case "tool_use_id":
+			f.toolUseID = x
+		case "content":
+			f.content = x
+		}
+		return true
+	})
+	return f
+}
