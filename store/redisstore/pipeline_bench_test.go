@@ -38,7 +38,8 @@ func benchPersistence(b *testing.B, book accounting.Book, st store.Store, lock p
 		i := 0
 		for pb.Next() {
 			i++
-			t := p.Begin(ctx, &pipeline.Call{Body: body, RunID: fmt.Sprintf("%s%d-%p", prefix, i%64, pb)}, openai.Chat{})
+			// 50 steps per run, under the default limit of 100 steps.
+			t := p.Begin(ctx, &pipeline.Call{Body: body, RunID: fmt.Sprintf("%s%d-%p", prefix, i/50, pb)}, openai.Chat{})
 			if t.Answer != nil {
 				b.Errorf("refused: %s", t.Answer.Body)
 				return
