@@ -1,9 +1,10 @@
 package contextmgr
 
 import (
-	"slices"
 	"unicode/utf8"
 	"unsafe"
+
+	"github.com/haltline/haltline/wire/jsonscan"
 )
 
 // JSON strings as sjson writes them: the forwarded bytes of a replaced
@@ -37,56 +38,7 @@ func strBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s
 
 // appendMarshal appends what json.Marshal(string(src)) writes between its
 // quotes.
-func appendMarshal(dst []byte, src []byte) []byte {
-	const hex = "0123456789abcdef"
-	dst = slices.Grow(dst, len(src)+len(src)/8+2)
-	start := 0
-	for i := 0; i < len(src); {
-		if b := src[i]; b < utf8.RuneSelf {
-			if b >= ' ' && b != '"' && b != '\\' && b != '<' && b != '>' && b != '&' {
-				i++
-				continue
-			}
-			dst = append(dst, src[start:i]...)
-			switch b {
-			case '\\', '"':
-				dst = append(dst, '\\', b)
-			case '\b':
-				dst = append(dst, '\\', 'b')
-			case '\f':
-				dst = append(dst, '\\', 'f')
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hex[b>>4], hex[b&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		c, size := utf8.DecodeRune(src[i:])
-		if c == utf8.RuneError && size == 1 {
-			dst = append(dst, src[start:i]...)
-			dst = append(dst, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		if c == '\u2028' || c == '\u2029' {
-			dst = append(dst, src[start:i]...)
-			dst = append(dst, '\\', 'u', '2', '0', '2', hex[c&0xF])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	return append(dst, src[start:]...)
-}
+func appendMarshal(dst []byte, src []byte) []byte { return jsonscan.AppendEscaped(dst, src, true) }
 
 // marshalWeight returns weigh(appendMarshal(nil, src)) without writing.
 func marshalWeight(src []byte) int64 {

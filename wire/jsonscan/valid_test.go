@@ -1,6 +1,7 @@
 package jsonscan
 
 import (
+	"bytes"
 	"encoding/json"
 	"math/rand/v2"
 	"strings"
@@ -201,4 +202,31 @@ func TestValidStringMixed(t *testing.T) {
 			}
 		}
 	}
+}
+
+// AppendEscaped writes what encoding/json writes, with and without HTML
+// escaping, for strings and byte slices alike.
+func FuzzAppendEscaped(f *testing.F) {
+	for _, s := range []string{"", "plain", "a\"b\\c\n\t\r\b\f\x01", "<a&b>", "\u2028\u2029", "\xff\xfe", "héllo 世界"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		for _, html := range []bool{true, false} {
+			buf.Reset()
+			enc.SetEscapeHTML(html)
+			if err := enc.Encode(s); err != nil {
+				t.Fatal(err)
+			}
+			want := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+			want = want[1 : len(want)-1]
+			if got := AppendEscaped(nil, s, html); !bytes.Equal(got, want) {
+				t.Fatalf("html=%v string: %q, want %q", html, got, want)
+			}
+			if got := AppendEscaped(nil, []byte(s), html); !bytes.Equal(got, want) {
+				t.Fatalf("html=%v bytes: %q, want %q", html, got, want)
+			}
+		}
+	})
 }

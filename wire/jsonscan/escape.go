@@ -1,0 +1,72 @@
+package jsonscan
+
+import (
+	"slices"
+	"unicode/utf8"
+)
+
+// AppendEscaped appends src as the inside of a JSON string literal (no
+// quotes), as encoding/json writes it: invalid UTF-8 becomes U+FFFD,
+// U+2028 and U+2029 are escaped, and with html so are <, > and &, which
+// makes the bytes those of json.Marshal (where callers need byte-stable
+// output, e.g. a prompt prefix that caches must keep).
+func AppendEscaped[T ~string | ~[]byte](dst []byte, src T, html bool) []byte {
+	const hex = "0123456789abcdef"
+	dst = slices.Grow(dst, len(src)+len(src)/8+2)
+	start := 0
+	for i := 0; i < len(src); {
+		if b := src[i]; b < utf8.RuneSelf {
+			if b >= ' ' && b != '"' && b != '\\' && (!html || (b != '<' && b != '>' && b != '&')) {
+				i++
+				continue
+			}
+			dst = append(dst, src[start:i]...)
+			switch b {
+			case '\\', '"':
+				dst = append(dst, '\\', b)
+			case '\b':
+				dst = append(dst, '\\', 'b')
+			case '\f':
+				dst = append(dst, '\\', 'f')
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hex[b>>4], hex[b&0xF])
+			}
+			i++
+			start = i
+			continue
+		}
+		c, size := decodeRune(src[i:])
+		if c == utf8.RuneError && size == 1 {
+			dst = append(dst, src[start:i]...)
+			dst = append(dst, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if c == '\u2028' || c == '\u2029' {
+			dst = append(dst, src[start:i]...)
+			dst = append(dst, '\\', 'u', '2', '0', '2', hex[c&0xF])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	return append(dst, src[start:]...)
+}
+
+func decodeRune[T ~string | ~[]byte](s T) (rune, int) {
+	switch v := any(s).(type) {
+	case string:
+		return utf8.DecodeRuneInString(v)
+	case []byte:
+		return utf8.DecodeRune(v)
+	}
+	return utf8.DecodeRuneInString(string(s))
+}
