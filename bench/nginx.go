@@ -13,7 +13,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -177,15 +176,9 @@ func startNginx(ctx context.Context, pl *placement, dir string, n *nginxInfo, mo
 		if err != nil {
 			return nil, err
 		}
-		cmd.Stdout = logf
-		cmd.Stderr = logf
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		err = pl.start(cmd)
-		logf.Close()
-		if err != nil {
+		if err := s.launch(pl, logf); err != nil {
 			return nil, err
 		}
-		go func() { s.err = cmd.Wait(); close(s.done) }()
 		if lastErr = waitAccept(ctx, s); lastErr == nil {
 			return s, nil
 		}

@@ -218,6 +218,21 @@ func startRole(ctx context.Context, pl *placement, dir, role string, args ...str
 	}
 }
 
+// launch starts s.cmd with its output in logf (closed here), dying with
+// the harness, and watches for its end.
+func (s *proc) launch(pl *placement, logf *os.File) error {
+	s.cmd.Stdout = logf
+	s.cmd.Stderr = logf
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	err := pl.start(s.cmd)
+	logf.Close()
+	if err != nil {
+		return err
+	}
+	go func() { s.err = s.cmd.Wait(); close(s.done) }()
+	return nil
+}
+
 // freePort returns a loopback address that was free a moment ago.
 func freePort() (string, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -257,15 +272,9 @@ func startGateway(ctx context.Context, pl *placement, dir, name, bin, mockURL st
 		if err != nil {
 			return nil, err
 		}
-		cmd.Stdout = logf
-		cmd.Stderr = logf
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		err = pl.start(cmd)
-		logf.Close()
-		if err != nil {
+		if err := s.launch(pl, logf); err != nil {
 			return nil, err
 		}
-		go func() { s.err = cmd.Wait(); close(s.done) }()
 		if lastErr = waitReady(ctx, s, "http://"+admin+"/readyz"); lastErr == nil {
 			return s, nil
 		}
