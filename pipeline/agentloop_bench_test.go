@@ -7,8 +7,6 @@ import (
 	"testing"
 
 	"github.com/haltline/haltline/pipeline"
-	"github.com/haltline/haltline/policy"
-	"github.com/haltline/haltline/store"
 	"github.com/haltline/haltline/wire/openai"
 )
 
@@ -41,16 +39,7 @@ func agentAnswer(run string, k, steps int) []byte {
 // flight, each step continuing its run by X-Run-Id with its history and tool
 // results, every change committed to the embedded store (log + checkpoints).
 func BenchmarkAgentLoopPersisted(b *testing.B) {
-	st, err := store.OpenBolt(b.TempDir())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer st.Close()
-	pol, err := policy.New(context.Background(), policy.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	p := pipeline.New(pipeline.Options{Policy: pol, Store: st})
+	p := persistedPipeline(b)
 	const slots, steps = 1024, 4
 	type req struct {
 		run  string

@@ -115,19 +115,25 @@ func BenchmarkAdmitSettle(b *testing.B) {
 	_ = accounting.Money(0)
 }
 
-// BenchmarkModelCallPersisted is BenchmarkModelCall with the embedded store:
-// every transition written to a bbolt file (group commit, fsync).
-func BenchmarkModelCallPersisted(b *testing.B) {
+// persistedPipeline is a pipeline with the default policies over an
+// embedded store in a temporary directory, closed with the test.
+func persistedPipeline(b *testing.B) *pipeline.Pipeline {
 	st, err := store.OpenBolt(b.TempDir())
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer st.Close()
+	b.Cleanup(func() { st.Close() })
 	pol, err := policy.New(context.Background(), policy.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	p := pipeline.New(pipeline.Options{Policy: pol, Store: st})
+	return pipeline.New(pipeline.Options{Policy: pol, Store: st})
+}
+
+// BenchmarkModelCallPersisted is BenchmarkModelCall with the embedded store:
+// every transition written to a bbolt file (group commit, fsync).
+func BenchmarkModelCallPersisted(b *testing.B) {
+	p := persistedPipeline(b)
 	body := chatBody(2 << 10)
 	resp := []byte(finalResponse)
 	ctx := context.Background()
