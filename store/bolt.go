@@ -291,26 +291,35 @@ func (s *Bolt) checkpoint() error {
 	if empty {
 		return nil
 	}
+	// The next segment is created (and its name fsynced) before commits
+	// are held up; only this goroutine replaces s.seg, so reading it here
+	// is safe.
+	next, err := createSegment(s.dir, s.seg.seq+1)
+	if err != nil {
+		return fmt.Errorf("store log: %w", err)
+	}
 	s.walMu.Lock()
-	if s.active.ops > 0 {
-		next, err := createSegment(s.dir, s.seg.seq+1)
-		if err != nil {
-			s.walMu.Unlock()
+	if s.active.ops == 0 {
+		// Nothing was committed since the last check: keep the segment.
+		s.walMu.Unlock()
+		next.f.Close()
+		if err := os.Remove(next.path); err != nil {
 			return fmt.Errorf("store log: %w", err)
 		}
+	} else {
 		s.ovMu.Lock()
 		s.frozen = append(s.frozen, s.active)
 		s.sealed = append(s.sealed, s.seg)
 		s.active = newOverlay()
 		s.ovMu.Unlock()
 		s.seg, s.dirty = next, false
+		s.walMu.Unlock()
 	}
-	s.walMu.Unlock()
 
 	s.ovMu.RLock()
 	frozen := s.frozen
 	s.ovMu.RUnlock()
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err = s.db.Update(func(tx *bolt.Tx) error {
 		n := 0
 		for _, o := range frozen {
 			for b, m := range o.buckets {
