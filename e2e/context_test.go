@@ -4,13 +4,16 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	anthropic "github.com/anthropics/anthropic-sdk-go/v2"
+	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/tidwall/gjson"
@@ -51,6 +54,48 @@ func prefixBreaks(reqs []recorded) int {
 	return breaks
 }
 
+// sentBodies records the bodies the agent sends, before the gateway sees
+// them, through the SDKs' middleware.
+type sentBodies struct {
+	mu     sync.Mutex
+	bodies [][]byte
+}
+
+func (s *sentBodies) record(req *http.Request) {
+	if req.GetBody == nil {
+		return
+	}
+	rc, err := req.GetBody()
+	if err != nil {
+		return
+	}
+	b, _ := io.ReadAll(rc)
+	rc.Close()
+	s.mu.Lock()
+	s.bodies = append(s.bodies, b)
+	s.mu.Unlock()
+}
+
+// cachedShare is the share of the bytes of calls 2..n that repeat the
+// previous call's bytes from the start: what a provider's prompt cache can
+// serve (it keys on the prefix).
+func cachedShare(bodies [][]byte) float64 {
+	var same, total int
+	for i := 1; i < len(bodies); i++ {
+		prev, cur := bodies[i-1], bodies[i]
+		n := 0
+		for n < len(prev) && n < len(cur) && prev[n] == cur[n] {
+			n++
+		}
+		same += n
+		total += len(cur)
+	}
+	if total == 0 {
+		return 0
+	}
+	return float64(same) / float64(total)
+}
+
 // A 40-step agent with 30 KB tool outputs against a model whose window is
 // 32k runs to completion with no forwarded request over 0.6 × window, and
 // the upstream sees byte-identical prefixes on consecutive calls between
@@ -71,8 +116,12 @@ func TestContextStaysUnderWatermark(t *testing.T) {
 			g := startGateway(t, up.URL, smallWindow(t))
 			ctx := context.Background()
 			n := 0
+			var sent sentBodies
 			if tc.anthropic {
-				client := anthropicClient(g)
+				client := anthropicClient(g, aoption.WithMiddleware(func(req *http.Request, next aoption.MiddlewareNext) (*http.Response, error) {
+					sent.record(req)
+					return next(req)
+				}))
 				msgs := []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("Audit every page. You must never skip a page."))}
 				tools := []anthropic.ToolUnionParam{{OfTool: &anthropic.ToolParam{Name: "read_page",
 					InputSchema: anthropic.ToolInputSchemaParam{Properties: map[string]any{}}}}}
@@ -95,7 +144,10 @@ func TestContextStaysUnderWatermark(t *testing.T) {
 					msgs = append(msgs, anthropic.NewUserMessage(res...))
 				}
 			} else {
-				client := openaiClient(g)
+				client := openaiClient(g, option.WithMiddleware(func(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+					sent.record(req)
+					return next(req)
+				}))
 				msgs := []openai.ChatCompletionMessageParamUnion{openai.SystemMessage("You are an auditor."),
 					openai.UserMessage("Audit every page. You must never skip a page.")}
 				tools := []openai.ChatCompletionToolUnionParam{openai.ChatCompletionFunctionTool(openai.FunctionDefinitionParam{
@@ -134,7 +186,21 @@ func TestContextStaysUnderWatermark(t *testing.T) {
 				}
 			}
 			breaks := prefixBreaks(reqs)
-			t.Logf("%d calls, %d prefix breaks", len(reqs), breaks)
+			fwd := make([][]byte, len(reqs))
+			var sentBytes, fwdBytes int
+			for i, r := range reqs {
+				fwd[i] = r.Body
+				fwdBytes += len(r.Body)
+			}
+			for _, b := range sent.bodies {
+				sentBytes += len(b)
+			}
+			before, after := cachedShare(sent.bodies), cachedShare(fwd)
+			t.Logf("%d calls, %d prefix breaks; bytes sent by the agent %d, forwarded %d; cacheable share of each call (prefix repeated from the previous call): as sent %.2f, as forwarded %.2f",
+				len(reqs), breaks, sentBytes, fwdBytes, before, after)
+			if after < 0.5 {
+				t.Fatalf("only %.2f of the forwarded bytes repeat the previous call's prefix: compression is not stable", after)
+			}
 			if breaks > 6 {
 				t.Fatalf("%d of %d calls changed the prefix: compression is not stable", breaks, len(reqs))
 			}
