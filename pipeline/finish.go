@@ -53,7 +53,7 @@ func (p *Pipeline) Finish(ctx context.Context, t *Turn, out Outcome) *Answer {
 	if t.unreg != nil {
 		t.unreg()
 	}
-	// The answer leaves only once its settlement is on disk.
+	// The answer leaves only once its settlement is committed to the store.
 	p.wait(saved, r.ID)
 	unlock()
 	p.obs.ModelCall(p.callReport(t, answerStatus(t, answer, out), out, p.now()))

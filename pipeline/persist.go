@@ -272,7 +272,7 @@ func (p *Pipeline) Restore(ctx context.Context) (runs int, err error) {
 	return runs, err
 }
 
-// indexKey records a lineage key in memory and, with a store, on disk.
+// indexKey records a lineage key in memory and, with a store, in it.
 func (p *Pipeline) indexKey(g *governance, key, runID string) {
 	p.runs.Index(key, runID)
 	if g != nil && p.opts.Store != nil {

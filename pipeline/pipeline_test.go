@@ -131,7 +131,7 @@ func persistedPipeline(b *testing.B) *pipeline.Pipeline {
 }
 
 // BenchmarkModelCallPersisted is BenchmarkModelCall with the embedded store:
-// every transition written to a bbolt file (group commit, fsync).
+// every transition committed to the store (its log, group commit).
 func BenchmarkModelCallPersisted(b *testing.B) {
 	p := persistedPipeline(b)
 	body := chatBody(2 << 10)

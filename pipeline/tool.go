@@ -164,7 +164,7 @@ func (p *Pipeline) BeginTool(ctx context.Context, call *ToolCall) *ToolTurn {
 	p.beginToolLocked(ctx, tt, r, created)
 	saved := p.persist(r)
 	r.Mu.Unlock()
-	// A ticket or a reservation must be on disk before the agent hears of it.
+	// A ticket or a reservation must be committed to the store before the agent hears of it.
 	p.wait(saved, r.ID)
 	return tt
 }
