@@ -3,10 +3,14 @@ package pipeline_test
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/haltline/haltline/pipeline"
+	"github.com/haltline/haltline/policy"
+	"github.com/haltline/haltline/store"
 	"github.com/haltline/haltline/wire/openai"
 )
 
@@ -75,4 +79,62 @@ func BenchmarkAgentLoopPersisted(b *testing.B) {
 		}
 		p.Finish(ctx, t, pipeline.Outcome{Status: 200, Body: r.resp})
 	}
+}
+
+// BenchmarkMemoryPerEvent measures what one more event of a run costs: in
+// memory (the run's timeline), and in the embedded store (bytes of its
+// record in the log, before the checkpoint). A step of an agent loop
+// records several events (state changes, the model call, its tool calls).
+func BenchmarkMemoryPerEvent(b *testing.B) {
+	const runs, steps = 200, 20
+	st, err := store.OpenBoltWith(b.TempDir(), store.BoltOptions{CheckpointEvery: time.Hour})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { st.Close() })
+	pol, err := policy.New(context.Background(), policy.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := pipeline.New(pipeline.Options{Policy: pol, Store: st})
+	ctx := context.Background()
+	step := func(run string, k int) {
+		t := p.Begin(ctx, &pipeline.Call{Body: agentStep(run, k), RunID: run}, openai.Chat{})
+		p.Finish(ctx, t, pipeline.Outcome{Status: 200, Body: agentAnswer(run, k, steps+1)})
+	}
+	for r := range runs { // the runs exist, with a first step each
+		step(fmt.Sprintf("mem-%d", r), 0)
+	}
+	count := func() (events, stored int) {
+		for r := range runs {
+			evs, _, err := p.Events(fmt.Sprintf("mem-%d", r))
+			if err != nil {
+				b.Fatal(err)
+			}
+			events += len(evs)
+		}
+		err := st.Scan(store.Events, func(_, v []byte) error { stored += len(v); return nil })
+		if err != nil {
+			b.Fatal(err)
+		}
+		return events, stored
+	}
+	ev0, st0 := count()
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for k := 1; k < steps; k++ {
+		for r := range runs {
+			step(fmt.Sprintf("mem-%d", r), k)
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	ev1, st1 := count()
+	for b.Loop() {
+	}
+	n := float64(ev1 - ev0)
+	b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "heap-B/event")
+	b.ReportMetric(float64(st1-st0)/n, "stored-B/event")
+	b.ReportMetric(n/float64(runs*(steps-1)), "events/step")
 }
