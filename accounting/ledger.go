@@ -158,7 +158,7 @@ type LedgerState struct {
 	Spent        Vector    `json:"spent"`
 	Reserved     Vector    `json:"reserved"`
 	PeriodNs     int64     `json:"period_ns,omitempty"`
-	WindowStart  time.Time `json:"window_start,omitzero"`
+	WindowStart  time.Time `json:"window_start"` // written even when zero: persisted at every call, and omitzero costs the encoder a reflect check
 }
 
 // State exports the ledger for persistence.

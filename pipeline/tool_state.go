@@ -28,7 +28,7 @@ type toolState struct {
 // toolSnapshot is the part of toolState persisted with the run.
 type toolSnapshot struct {
 	Uses     map[string]int64 `json:"uses,omitempty"`
-	PausedAt time.Time        `json:"paused_at,omitzero"`
+	PausedAt time.Time        `json:"paused_at"` // written even when zero (see runstate.Persisted.Ended)
 }
 
 func newToolState() *toolState {

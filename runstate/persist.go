@@ -14,7 +14,7 @@ type Persisted struct {
 	DeadlineMs     int64                      `json:"deadline_ms"`
 	Created        time.Time                  `json:"created"`
 	ElapsedMs      int64                      `json:"elapsed_ms"`
-	Ended          time.Time                  `json:"ended,omitzero"`
+	Ended          time.Time                  `json:"ended"` // written even when zero: omitzero costs the encoder a reflect check per snapshot
 	LastAction     *Action                    `json:"last_action,omitempty"`
 	Partial        string                     `json:"partial,omitempty"`
 	Termination    *Termination               `json:"termination,omitempty"`
