@@ -183,6 +183,12 @@ func replayLog(db *bolt.DB, dir string) (uint64, error) {
 			return 0, err
 		}
 	}
+	if len(seqs) > 0 {
+		// A removal a power loss undid would replay old writes over newer ones.
+		if err := syncDir(dir); err != nil {
+			return 0, err
+		}
+	}
 	if len(seqs) == 0 {
 		return 1, nil
 	}
@@ -345,6 +351,12 @@ func (s *Bolt) checkpoint() error {
 	for _, seg := range sealed {
 		seg.f.Close()
 		if err := os.Remove(seg.path); err != nil {
+			return fmt.Errorf("store log: %w", err)
+		}
+	}
+	if len(sealed) > 0 {
+		// A removal a power loss undid would replay old writes over newer ones.
+		if err := syncDir(s.dir); err != nil {
 			return fmt.Errorf("store log: %w", err)
 		}
 	}
