@@ -53,69 +53,34 @@ func eachMember(obj string, fn func(m member) bool) bool {
 // both reads the members and finds the end. It returns -1 when the object is
 // malformed, and the index reached when fn stops it.
 func walkObject(s string, i int, fn func(m member) bool) int {
-	if i >= len(s) || s[i] != '{' {
-		return -1
-	}
-	i++
-	for {
-		i = skipWS(s, i)
-		if i >= len(s) {
-			return -1
-		}
-		switch s[i] {
-		case '}':
-			return i + 1
-		case ',':
-			i++
-			continue
-		case '"':
-		default:
-			return -1
-		}
-		k := skipString(s, i)
-		if k < 0 {
-			return -1
-		}
-		m := member{key: s[i+1 : k-1], start: i}
-		i = skipWS(s, k)
-		if i >= len(s) || s[i] != ':' {
-			return -1
-		}
-		m.vstart = skipWS(s, i+1)
-		m.end = skipValue(s, m.vstart)
+	stopped := -1
+	end := jsonscan.Object(s, i, false, func(key string, start, v int) int {
+		m := member{key: key, start: start, vstart: v, end: skipValue(s, v)}
 		if m.end < 0 {
 			return -1
 		}
 		if !fn(m) {
-			return m.end
+			stopped = m.end
+			return -1
 		}
-		i = m.end
+		return m.end
+	})
+	if stopped >= 0 {
+		return stopped
 	}
+	return end
 }
 
 // eachElement calls fn for each element of the array arr until fn returns
-// false.
+// false or the array turns out malformed.
 func eachElement(arr string, fn func(v string) bool) {
-	i := skipWS(arr, 0)
-	if i >= len(arr) || arr[i] != '[' {
-		return
-	}
-	i++
-	for {
-		i = skipWS(arr, i)
-		if i >= len(arr) || arr[i] == ']' {
-			return
+	jsonscan.Array(arr, skipWS(arr, 0), func(v int) int {
+		end := skipValue(arr, v)
+		if end < 0 || !fn(arr[v:end]) {
+			return -1
 		}
-		if arr[i] == ',' {
-			i++
-			continue
-		}
-		end := skipValue(arr, i)
-		if end < 0 || !fn(arr[i:end]) {
-			return
-		}
-		i = end
-	}
+		return end
+	})
 }
 
 // field returns the raw value of key in the object obj, "" when absent.
