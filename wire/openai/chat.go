@@ -41,52 +41,38 @@ func (Chat) ParseRequest(body []byte) (wire.Request, error) {
 	s := view(body)
 	var model, messages, maxComp, maxTok string
 	var h chatHistory
-	var seen uint16
-	var dup string
-	end := jsonscan.Object(s, skipWS(s, 0), true, func(key string, _, v int) int {
-		var bit uint16
-		var end int
-		if key == "messages" && seen&keyMessages == 0 && s[v] == '[' {
-			end = h.read(s, v)
-		} else {
-			end = jsonscan.ValidValue(s, v)
-		}
-		if end < 0 {
-			return -1
-		}
-		val := s[v:end]
+	err := readTop(body, s, &req, "messages", keyMessages, h.read, func(key, val string) uint16 {
 		switch key {
 		case "model":
-			bit, model = keyModel, val
+			model = val
+			return keyModel
 		case "messages":
-			bit, messages = keyMessages, val
+			messages = val
+			return keyMessages
 		case "stream":
-			bit, req.Stream = keyStream, val == "true"
+			req.Stream = val == "true"
+			return keyStream
 		case "stream_options":
-			bit, req.IncludeUsage = keyStreamOptions, field(val, "include_usage") == "true"
+			req.IncludeUsage = field(val, "include_usage") == "true"
+			return keyStreamOptions
 		case "max_completion_tokens":
-			bit, maxComp = keyMaxCompletion, val
+			maxComp = val
+			return keyMaxCompletion
 		case "max_tokens":
-			bit, maxTok = keyMaxTokens, val
+			maxTok = val
+			return keyMaxTokens
 		case "tools":
-			bit = keyTools
 			req.HasTools = req.HasTools || (isArray(val) && !isEmptyArray(val))
+			return keyTools
 		case "functions": // legacy function calling
-			bit = keyFunctions
 			req.HasTools = req.HasTools || (isArray(val) && !isEmptyArray(val))
+			return keyFunctions
 		}
-		if seen&bit != 0 && dup == "" {
-			dup = key
-		}
-		seen |= bit
-		req.Layout.Note(body, v, end)
-		return end
+		return 0
 	})
 	switch {
-	case end < 0 || skipWS(s, end) != len(s):
-		return req, errNotObject
-	case dup != "":
-		return req, duplicateKeyError(dup)
+	case err != nil:
+		return req, err
 	case str(model) == "":
 		return req, errNoModel
 	case !isArray(messages):

@@ -6,6 +6,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/haltline/haltline/wire"
 	"github.com/haltline/haltline/wire/jsonscan"
 )
 
@@ -46,6 +47,44 @@ func (m member) value(obj string) string { return obj[m.vstart:m.end] }
 // returns false. It reports false when obj is not a well-formed object.
 func eachMember(obj string, fn func(m member) bool) bool {
 	return walkObject(obj, skipWS(obj, 0), fn) >= 0
+}
+
+// readTop reads a request's top-level object (s views body) in one
+// validating pass: the history array under historyKey (its first
+// occurrence) is read by readHistory, every other value only validated;
+// field gets each member's key and raw value and returns the key's bit, 0
+// for a key it ignores. A known key given twice is an error, as is a body
+// that is not exactly one valid object. The layout of the large values is
+// noted in req.
+func readTop(body []byte, s string, req *wire.Request, historyKey string, historyBit uint16,
+	readHistory func(s string, i int) int, field func(key, val string) uint16) error {
+	var seen uint16
+	var dup string
+	end := jsonscan.Object(s, skipWS(s, 0), true, func(key string, _, v int) int {
+		var end int
+		if key == historyKey && seen&historyBit == 0 && s[v] == '[' {
+			end = readHistory(s, v)
+		} else {
+			end = jsonscan.ValidValue(s, v)
+		}
+		if end < 0 {
+			return -1
+		}
+		bit := field(key, s[v:end])
+		if seen&bit != 0 && dup == "" {
+			dup = key
+		}
+		seen |= bit
+		req.Layout.Note(body, v, end)
+		return end
+	})
+	switch {
+	case end < 0 || skipWS(s, end) != len(s):
+		return errNotObject
+	case dup != "":
+		return duplicateKeyError(dup)
+	}
+	return nil
 }
 
 // walkObject walks the object starting at s[i], calling fn for each member

@@ -103,46 +103,32 @@ func (Responses) ParseRequest(body []byte) (wire.Request, error) {
 	s := view(body)
 	var model, input, maxOut, prev string
 	var h responsesHistory
-	var seen uint16
-	var dup string
-	end := jsonscan.Object(s, skipWS(s, 0), true, func(key string, _, v int) int {
-		var bit uint16
-		var end int
-		if key == "input" && seen&keyInput == 0 && s[v] == '[' {
-			end = h.read(s, v)
-		} else {
-			end = jsonscan.ValidValue(s, v)
-		}
-		if end < 0 {
-			return -1
-		}
-		val := s[v:end]
+	err := readTop(body, s, &req, "input", keyInput, h.read, func(key, val string) uint16 {
 		switch key {
 		case "model":
-			bit, model = keyModel, val
+			model = val
+			return keyModel
 		case "input":
-			bit, input = keyInput, val
+			input = val
+			return keyInput
 		case "stream":
-			bit, req.Stream = keyStream, val == "true"
+			req.Stream = val == "true"
+			return keyStream
 		case "max_output_tokens":
-			bit, maxOut = keyMaxOutput, val
+			maxOut = val
+			return keyMaxOutput
 		case "tools":
-			bit, req.HasTools = keyTools, isArray(val) && !isEmptyArray(val)
+			req.HasTools = isArray(val) && !isEmptyArray(val)
+			return keyTools
 		case "previous_response_id":
-			bit, prev = keyPrevious, val
+			prev = val
+			return keyPrevious
 		}
-		if seen&bit != 0 && dup == "" {
-			dup = key
-		}
-		seen |= bit
-		req.Layout.Note(body, v, end)
-		return end
+		return 0
 	})
 	switch {
-	case end < 0 || skipWS(s, end) != len(s):
-		return req, errNotObject
-	case dup != "":
-		return req, duplicateKeyError(dup)
+	case err != nil:
+		return req, err
 	case str(model) == "":
 		return req, errNoModel
 	}
