@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/goccy/go-yaml"
+
+	"github.com/haltline/haltline/store"
 )
 
 // Config is gateway.yaml. Every key is optional.
@@ -274,10 +276,8 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("store.redis_url: not a redis:// URL"))
 		}
 	}
-	switch c.Store.Sync {
-	case "", "interval", "always":
-	default:
-		errs = append(errs, fmt.Errorf("store.sync: %q is not interval or always", c.Store.Sync))
+	if _, err := store.ParseSync(c.Store.Sync); err != nil {
+		errs = append(errs, fmt.Errorf("store.sync: %w", err))
 	}
 	if c.Store.SyncInterval < 0 {
 		errs = append(errs, errors.New("store.sync_interval: must be positive"))

@@ -90,11 +90,13 @@ func TestValidateReportsEverything(t *testing.T) {
 	c.Providers.OpenAI.BaseURL = "ftp://x"
 	c.Tools = map[string]HTTPTool{"t": {URL: "http://127.0.0.1:1", Level: "L9"}}
 	c.VirtualKeys = map[string]Principal{"sk-secret-key": {}}
+	c.Store.Sync = "sometimes"
+	c.Store.SyncInterval = -time.Second
 	err := c.Validate()
 	if err == nil {
 		t.Fatal("want errors")
 	}
-	for _, want := range []string{"listen", "providers.openai.base_url", "tools.t", "virtual_keys.sk-sec"} {
+	for _, want := range []string{"listen", "providers.openai.base_url", "tools.t", "virtual_keys.sk-sec", "store.sync:", "store.sync_interval"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("missing %q in %v", want, err)
 		}

@@ -371,14 +371,14 @@ func (s *Bolt) layers() []*overlay {
 // Get implements Store.
 func (s *Bolt) Get(b Bucket, key []byte) ([]byte, error) {
 	s.ovMu.RLock()
-	layers := s.layers()
-	for i := len(layers) - 1; i >= 0; i-- {
-		if v, ok := layers[i].get(b, key); ok {
-			s.ovMu.RUnlock()
-			return bytes.Clone(v), nil
-		}
+	v, ok := s.active.get(b, key)
+	for i := len(s.frozen) - 1; !ok && i >= 0; i-- {
+		v, ok = s.frozen[i].get(b, key)
 	}
 	s.ovMu.RUnlock()
+	if ok {
+		return bytes.Clone(v), nil
+	}
 	var out []byte
 	err := s.db.View(func(tx *bolt.Tx) error {
 		bk := tx.Bucket([]byte(b))
@@ -453,14 +453,4 @@ func (s *Bolt) Close() error {
 		err = cerr
 	}
 	return err
-}
-
-// abandon stops the store the way a killed process would: the log stays
-// as it is, not checkpointed. Tests use it to exercise the replay.
-func (s *Bolt) abandon() {
-	s.GroupCommitter.Close()
-	close(s.stop)
-	<-s.stopped
-	s.seg.f.Close()
-	s.db.Close()
 }

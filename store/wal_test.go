@@ -8,6 +8,16 @@ import (
 	"time"
 )
 
+// abandon stops the store the way a killed process would: the log stays
+// as it is, not checkpointed. Tests use it to exercise the replay.
+func (s *Bolt) abandon() {
+	s.GroupCommitter.Close()
+	close(s.stop)
+	<-s.stopped
+	s.seg.f.Close()
+	s.db.Close()
+}
+
 // slowCheckpoints keeps every write in the log and the overlay for the
 // length of a test.
 var slowCheckpoints = BoltOptions{CheckpointEvery: time.Hour, SyncEvery: time.Hour}
