@@ -254,28 +254,35 @@ func TestSpineAnthropicMidStreamError(t *testing.T) {
 	}
 }
 
-// 6a. A client that hangs up mid-stream cancels the upstream call at once,
-// while the upstream is idle (nothing is being written to the client).
+// 6a. A client that hangs up cancels the upstream call at once: mid-stream
+// while the upstream is idle (nothing is being written to the client), or
+// while a call that asked for no stream waits for the upstream's answer.
 func TestSpineClientDisconnectCancelsUpstream(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		desc, route string
 		body        []byte
-		first       string
+		first       string // the stream's first chunk; "" for a call answered whole
 	}{
 		{"openai chat", "/v1/chat/completions", spChatBody(true, ""),
 			`data: {"id":"chatcmpl-idle","object":"chat.completion.chunk","created":1,"model":"gpt-4o","choices":[{"index":0,"delta":{"role":"assistant","content":"Hel"},"finish_reason":null}]}` + "\n\n"},
 		{"anthropic messages", "/v1/messages", spMessagesBody(true),
 			spEvents(fixture(t, "anthropic/stream-text-padded.sse"))[0]},
+		{"openai chat, no stream", "/v1/chat/completions", spChatBody(false, ""), ""},
+		{"anthropic messages, no stream", "/v1/messages", spMessagesBody(false), ""},
 	} {
 		t.Run(tc.desc, func(t *testing.T) {
 			t.Parallel()
 			cancelled := make(chan time.Time, 1)
+			received := make(chan struct{}, 1)
 			up := newUpstream(t, func(w http.ResponseWriter, r *http.Request, _ []byte) {
-				w.Header().Set("Content-Type", "text/event-stream")
-				w.WriteHeader(200)
-				_, _ = io.WriteString(w, tc.first)
-				w.(http.Flusher).Flush()
+				received <- struct{}{}
+				if tc.first != "" {
+					w.Header().Set("Content-Type", "text/event-stream")
+					w.WriteHeader(200)
+					_, _ = io.WriteString(w, tc.first)
+					w.(http.Flusher).Flush()
+				}
 				select {
 				case <-r.Context().Done():
 					cancelled <- time.Now()
@@ -291,16 +298,24 @@ func TestSpineClientDisconnectCancelsUpstream(t *testing.T) {
 			_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
 			fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nAuthorization: Bearer sk-agent-test\r\nAnthropic-Version: 2023-06-01\r\nContent-Length: %d\r\n\r\n%s",
 				tc.route, g.DataAddr, len(tc.body), tc.body)
-			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if resp.StatusCode != 200 {
-				t.Fatalf("status %d", resp.StatusCode)
-			}
-			got := make([]byte, len(tc.first))
-			if _, err := io.ReadFull(resp.Body, got); err != nil || string(got) != tc.first {
-				t.Fatalf("first chunk %q, %v", got, err)
+			if tc.first != "" {
+				resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if resp.StatusCode != 200 {
+					t.Fatalf("status %d", resp.StatusCode)
+				}
+				got := make([]byte, len(tc.first))
+				if _, err := io.ReadFull(resp.Body, got); err != nil || string(got) != tc.first {
+					t.Fatalf("first chunk %q, %v", got, err)
+				}
+			} else {
+				select {
+				case <-received:
+				case <-time.After(5 * time.Second):
+					t.Fatal("the call never reached the upstream")
+				}
 			}
 			closed := time.Now()
 			conn.Close()

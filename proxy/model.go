@@ -75,6 +75,12 @@ func (s *Server) model(ctx *fasthttp.RequestCtx, codec wire.Codec, prov *config.
 	// with the agent's headers); a no-op when tracing is off.
 	s.p.Forwarding(t, func(k, v string) { h.Set(k, v) })
 	start := time.Now()
+	if up := s.fastFor(prov); up != nil && !t.Req.Stream {
+		s.relayBuffered(ctx, t, prov, up, callCtx, start, received)
+		stopWatch()
+		cancel()
+		return
+	}
 	resp, err := s.send(callCtx, ctx, t, prov)
 	wait := time.Since(start)
 	firstByte := wait // send returns once the response headers are in
@@ -130,6 +136,36 @@ func (s *Server) model(ctx *fasthttp.RequestCtx, codec wire.Codec, prov *config.
 		stopWatch()
 		settle(out) // no-op when the terminal event already settled it
 	})
+}
+
+// relayBuffered forwards a call that asked for no stream and answers with
+// the upstream's whole response (or the pipeline's replacement).
+func (s *Server) relayBuffered(ctx *fasthttp.RequestCtx, t *pipeline.Turn, prov *config.Provider, up *fastUpstream,
+	callCtx context.Context, start, received time.Time) {
+	resp, err := s.sendBuffered(callCtx, ctx, t, prov, up)
+	wait := time.Since(start)
+	if err != nil {
+		s.answerFinish(ctx, t, pipeline.Outcome{Err: err, UpstreamWait: wait}, received)
+		return
+	}
+	defer fasthttp.ReleaseResponse(resp)
+	body := resp.Body()
+	out := pipeline.Outcome{Status: resp.StatusCode(), Body: body, UpstreamWait: wait, FirstByte: wait}
+	if a := s.p.Finish(context.Background(), t, out); a != nil {
+		s.p.Headers(t, ctx.Response.Header.Set)
+		setOverhead(ctx, received, wait)
+		writeAnswer(ctx, a)
+		return
+	}
+	for k, v := range resp.Header.All() {
+		if !hopHeaders[string(k)] && !bytes.HasPrefix(k, []byte("X-Run-")) {
+			ctx.Response.Header.AddBytesKV(k, v)
+		}
+	}
+	s.p.Headers(t, ctx.Response.Header.Set)
+	setOverhead(ctx, received, wait)
+	ctx.SetStatusCode(resp.StatusCode())
+	ctx.SetBody(body)
 }
 
 // relay copies the upstream stream to the client through the tap, flushing
@@ -245,7 +281,7 @@ func (s *Server) ownCall(ctx context.Context, in *fasthttp.RequestCtx, prov *con
 	if err != nil {
 		return 0, nil, err
 	}
-	s.upstreamHeaders(req.Header, &in.Request.Header, prov)
+	upstreamHeaders(&in.Request.Header, prov, s.isAnthropic(prov), req.Header.Add)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := s.client.Do(req)
 	if err != nil {

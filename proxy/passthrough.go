@@ -51,7 +51,7 @@ func (s *Server) passThrough(ctx *fasthttp.RequestCtx) {
 			Body: codec.ErrorBody(wire.ErrInvalidRequest, "bad request", nil)})
 		return
 	}
-	s.upstreamHeaders(req.Header, &ctx.Request.Header, prov)
+	upstreamHeaders(&ctx.Request.Header, prov, s.isAnthropic(prov), req.Header.Add)
 	resp, err := s.client.Do(req)
 	if err != nil {
 		stopWatch()

@@ -48,6 +48,10 @@ type Server struct {
 	log    *slog.Logger
 	srv    *fasthttp.Server
 	creds  pipeline.Credentials
+	// fastOpenAI and fastAnthropic carry the calls answered whole; nil
+	// when the client is the caller's own (Options.Client) or the base URL
+	// is not one fasthttp can dial.
+	fastOpenAI, fastAnthropic *fastUpstream
 }
 
 var (
@@ -61,7 +65,8 @@ func New(o Options) *Server {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	if o.Client == nil {
+	own := o.Client == nil
+	if own {
 		o.Client = &http.Client{Transport: &http.Transport{
 			Proxy:                 nil,
 			DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
@@ -77,6 +82,10 @@ func New(o Options) *Server {
 		o.Retries = 2
 	}
 	s := &Server{o: o, p: o.Pipeline, client: o.Client, log: o.Logger, creds: Credentials(o.VirtualKeys)}
+	if own {
+		s.fastOpenAI = newFastUpstream(o.OpenAI.BaseURL, o.Limits.MaxResponseBytes)
+		s.fastAnthropic = newFastUpstream(o.Anthropic.BaseURL, o.Limits.MaxResponseBytes)
+	}
 	s.srv = &fasthttp.Server{
 		Handler:            s.Handle,
 		ErrorHandler:       s.handleError,
@@ -95,6 +104,14 @@ func New(o Options) *Server {
 		Name:                  "haltline",
 	}
 	return s
+}
+
+// fastFor is the provider's client for calls answered whole, or nil.
+func (s *Server) fastFor(prov *config.Provider) *fastUpstream {
+	if s.isAnthropic(prov) {
+		return s.fastAnthropic
+	}
+	return s.fastOpenAI
 }
 
 // Serve accepts connections on ln until Shutdown.

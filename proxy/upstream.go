@@ -24,75 +24,113 @@ const (
 	maxBackoff  = 5 * time.Second
 )
 
-// send forwards the turn's body upstream, retrying timeouts, 5xx, resets
-// and 429 (honouring Retry-After) within the call's timeout; never other
-// 4xx. A returned response has its body open.
-func (s *Server) send(ctx context.Context, in *fasthttp.RequestCtx, t *pipeline.Turn, prov *config.Provider) (*http.Response, error) {
-	ctx, cancel := context.WithTimeout(ctx, t.Timeout)
+// tryFunc makes one attempt upstream and reports its status and a reader
+// of its headers, or its error.
+type tryFunc func() (status int, header func(string) string, err error)
+
+// withRetries runs try, retrying timeouts, 5xx, resets and 429 (honouring
+// Retry-After) while another try fits in ctx's deadline; never other 4xx.
+// discard drops a failed attempt's response before the next try. A nil
+// error means the last attempt's response is the answer.
+func withRetries(ctx context.Context, retries int, try tryFunc, discard func()) error {
 	callDeadline, _ := ctx.Deadline()
-	url := prov.BaseURL + string(in.Path())
-	if q := in.URI().QueryString(); len(q) > 0 {
-		url += "?" + string(q)
-	}
 	for attempt := 0; ; attempt++ {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(t.UpstreamBody))
-		if err != nil {
-			cancel()
-			return nil, err
-		}
-		s.upstreamHeaders(req.Header, &in.Request.Header, prov)
-		resp, err := s.client.Do(req)
-		retry, wait := retryable(resp, err)
-		if !retry || attempt >= s.o.Retries {
-			if err != nil {
-				cancel()
-				return nil, err
-			}
-			resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
-			return resp, nil
+		status, header, err := try()
+		retry, wait := retryable(status, header, err)
+		if !retry || attempt >= retries {
+			return err
 		}
 		if wait == 0 {
 			wait = min(maxBackoff, baseBackoff<<attempt) + time.Duration(rand.Int64N(int64(baseBackoff)))
 		}
 		if time.Until(callDeadline) < wait+baseBackoff {
-			// No room for another try: give what we have.
-			if err != nil {
-				cancel()
-				return nil, err
-			}
-			resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
-			return resp, nil
+			return err // no room for another try: give what we have
 		}
-		if resp != nil {
-			_, _ = readBounded(resp.Body, 1<<20)
-			resp.Body.Close()
+		if err == nil {
+			discard()
 		}
 		select {
 		case <-ctx.Done():
-			cancel()
-			return nil, ctx.Err()
+			return ctx.Err()
 		case <-time.After(wait):
 		}
 	}
 }
 
-func retryable(resp *http.Response, err error) (bool, time.Duration) {
+// upstreamURL is the provider's URL for the path (and query) received.
+func upstreamURL(prov *config.Provider, in *fasthttp.RequestCtx) string {
+	url := prov.BaseURL + string(in.Path())
+	if q := in.URI().QueryString(); len(q) > 0 {
+		url += "?" + string(q)
+	}
+	return url
+}
+
+// send forwards the turn's body upstream with net/http, for a call whose
+// answer may be a stream. A returned response has its body open.
+func (s *Server) send(ctx context.Context, in *fasthttp.RequestCtx, t *pipeline.Turn, prov *config.Provider) (*http.Response, error) {
+	ctx, cancel := context.WithTimeout(ctx, t.Timeout)
+	url := upstreamURL(prov, in)
+	var resp *http.Response
+	err := withRetries(ctx, s.o.Retries, func() (int, func(string) string, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(t.UpstreamBody))
+		if err != nil {
+			return 0, nil, err
+		}
+		upstreamHeaders(&in.Request.Header, prov, s.isAnthropic(prov), req.Header.Add)
+		if resp, err = s.client.Do(req); err != nil {
+			return 0, nil, err
+		}
+		return resp.StatusCode, resp.Header.Get, nil
+	}, func() {
+		_, _ = readBounded(resp.Body, 1<<20)
+		resp.Body.Close()
+	})
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
+	return resp, nil
+}
+
+// sendBuffered forwards the turn's body upstream for a call that asked for
+// no stream, with the provider's fasthttp client: the answer is read whole.
+// The caller releases the response.
+func (s *Server) sendBuffered(ctx context.Context, in *fasthttp.RequestCtx, t *pipeline.Turn, prov *config.Provider, up *fastUpstream) (*fasthttp.Response, error) {
+	ctx, cancel := context.WithTimeout(ctx, t.Timeout)
+	defer cancel()
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	req.Header.SetMethod(http.MethodPost)
+	req.SetRequestURI(upstreamURL(prov, in))
+	upstreamHeaders(&in.Request.Header, prov, s.isAnthropic(prov), req.Header.Add)
+	req.SetBodyRaw(t.UpstreamBody)
+	resp := fasthttp.AcquireResponse()
+	err := withRetries(ctx, s.o.Retries, func() (int, func(string) string, error) {
+		if err := up.do(ctx, req, resp); err != nil {
+			return 0, nil, err
+		}
+		return resp.StatusCode(), func(k string) string { return string(resp.Header.Peek(k)) }, nil
+	}, func() {})
+	if err != nil {
+		fasthttp.ReleaseResponse(resp)
+		return nil, err
+	}
+	return resp, nil
+}
+
+func retryable(status int, header func(string) string, err error) (bool, time.Duration) {
 	if err != nil {
 		// Cancellation by the client or the run is final; timeouts of one
 		// attempt and resets are worth another try.
 		return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded), 0
 	}
-	switch {
-	case resp.StatusCode == 429:
-		if resp.Header.Get("x-should-retry") == "false" {
+	if status == 429 || status >= 500 {
+		if header("x-should-retry") == "false" {
 			return false, 0
 		}
-		return true, retryAfter(resp.Header.Get("Retry-After"))
-	case resp.StatusCode >= 500:
-		if resp.Header.Get("x-should-retry") == "false" {
-			return false, 0
-		}
-		return true, retryAfter(resp.Header.Get("Retry-After"))
+		return true, retryAfter(header("Retry-After"))
 	}
 	return false, 0
 }
@@ -110,31 +148,39 @@ func retryAfter(v string) time.Duration {
 	return 0
 }
 
-// upstreamHeaders copies the agent's headers, less hop-by-hop, the run
-// headers and, with a gateway-held key, the agent's credential.
-func (s *Server) upstreamHeaders(dst http.Header, src *fasthttp.RequestHeader, prov *config.Provider) {
-	src.VisitAll(func(k, v []byte) {
-		name := http.CanonicalHeaderKey(string(k))
-		switch {
-		case hopHeaders[name], name == "Host", name == "Accept-Encoding",
-			strings.HasPrefix(name, "X-Run-"), name == "X-Session-Id", name == "X-Agent-Id",
-			name == "X-Parent-Run-Id", name == "X-Task-Type":
-			return
-		case prov.APIKey != "" && (name == "Authorization" || name == "X-Api-Key"):
-			return
+func (s *Server) isAnthropic(prov *config.Provider) bool { return prov == &s.o.Anthropic }
+
+// upstreamHeaders hands add the agent's headers, less hop-by-hop, the run
+// headers and, with a gateway-held key, the agent's credential; then the
+// gateway's credential. fasthttp gives header names in canonical form.
+func upstreamHeaders(src *fasthttp.RequestHeader, prov *config.Provider, anthropic bool, add func(k, v string)) {
+	for k, v := range src.All() {
+		if skipUpstream(k, prov.APIKey != "") {
+			continue
 		}
-		dst.Add(name, string(v))
-	})
+		add(http.CanonicalHeaderKey(string(k)), string(v))
+	}
 	if prov.APIKey != "" {
-		if prov == &s.o.Anthropic {
-			dst.Set("X-Api-Key", prov.APIKey)
-			if dst.Get("Anthropic-Version") == "" {
-				dst.Set("Anthropic-Version", "2023-06-01")
+		if anthropic {
+			add("X-Api-Key", prov.APIKey)
+			if len(src.Peek("Anthropic-Version")) == 0 {
+				add("Anthropic-Version", "2023-06-01")
 			}
 		} else {
-			dst.Set("Authorization", "Bearer "+prov.APIKey)
+			add("Authorization", "Bearer "+prov.APIKey)
 		}
 	}
+}
+
+// skipUpstream reports whether the agent's header k stays at the gateway.
+func skipUpstream(k []byte, gatewayKey bool) bool {
+	switch string(k) {
+	case "Host", "Accept-Encoding", "X-Session-Id", "X-Agent-Id", "X-Parent-Run-Id", "X-Task-Type":
+		return true
+	case "Authorization", "X-Api-Key":
+		return gatewayKey
+	}
+	return hopHeaders[string(k)] || bytes.HasPrefix(k, []byte("X-Run-"))
 }
 
 // cancelOnClose releases the call's timeout when the body is done.

@@ -1,0 +1,124 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+func fastRequest(url string, body string) *fasthttp.Request {
+	req := fasthttp.AcquireRequest()
+	req.Header.SetMethod(http.MethodPost)
+	req.SetRequestURI(url)
+	req.Header.SetContentType("application/json")
+	req.SetBodyString(body)
+	return req
+}
+
+// A pooled connection the upstream closed while it was idle is replaced
+// without the call seeing an error.
+func TestFastUpstreamReplacesAClosedPooledConnection(t *testing.T) {
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		b, _ := io.ReadAll(r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(b)
+	}))
+	defer srv.Close()
+	up := newFastUpstream(srv.URL, 1<<20)
+	for i, body := range []string{`{"n":1}`, `{"n":2}`, `{"n":3}`} {
+		if i > 0 {
+			srv.CloseClientConnections() // the far end drops the pooled connection
+			time.Sleep(20 * time.Millisecond)
+		}
+		req := fastRequest(srv.URL+"/v1/chat/completions", body)
+		resp := fasthttp.AcquireResponse()
+		if err := up.do(context.Background(), req, resp); err != nil {
+			t.Fatalf("call %d: %v", i+1, err)
+		}
+		if resp.StatusCode() != 200 || string(resp.Body()) != body {
+			t.Fatalf("call %d: %d %s", i+1, resp.StatusCode(), resp.Body())
+		}
+		fasthttp.ReleaseRequest(req)
+		fasthttp.ReleaseResponse(resp)
+	}
+	if n := calls.Load(); n != 3 {
+		t.Fatalf("upstream saw %d calls, want 3", n)
+	}
+}
+
+// Cancelling the call's context cuts the upstream connection while the
+// gateway waits for the answer's headers; a deadline ends it as a timeout.
+func TestFastUpstreamHonoursTheCallContext(t *testing.T) {
+	seen := make(chan struct{}, 4)
+	gone := make(chan struct{}, 4)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body) // net/http watches for a hang-up once the body is read
+		seen <- struct{}{}
+		select {
+		case <-r.Context().Done():
+			gone <- struct{}{}
+		case <-time.After(10 * time.Second):
+		}
+	}))
+	defer srv.Close()
+	up := newFastUpstream(srv.URL, 1<<20)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { <-seen; cancel() }()
+	req := fastRequest(srv.URL+"/v1/chat/completions", `{}`)
+	resp := fasthttp.AcquireResponse()
+	if err := up.do(ctx, req, resp); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled call: %v", err)
+	}
+	select {
+	case <-gone:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the upstream request outlived its cancelled call")
+	}
+
+	ctx, cancel = context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := up.do(ctx, req, resp); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("timed out call: %v", err)
+	}
+	<-seen
+	select {
+	case <-gone:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the upstream request outlived its timed out call")
+	}
+}
+
+// An answer over the limit is refused, not truncated.
+func TestFastUpstreamBoundsTheAnswer(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write(make([]byte, 4096))
+	}))
+	defer srv.Close()
+	up := newFastUpstream(srv.URL, 1024)
+	req := fastRequest(srv.URL+"/v1/chat/completions", `{}`)
+	resp := fasthttp.AcquireResponse()
+	if err := up.do(context.Background(), req, resp); !errors.Is(err, errResponseTooLarge) {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestNewFastUpstreamRefusesWhatItCannotDial(t *testing.T) {
+	for _, u := range []string{"unix:///tmp/x", "http://user:pw@host", "://", "https://"} {
+		if newFastUpstream(u, 1) != nil {
+			t.Errorf("%q: got a client", u)
+		}
+	}
+	if up := newFastUpstream("https://api.openai.com", 1); up == nil || up.hc.Addr != "api.openai.com:443" || !up.hc.IsTLS {
+		t.Errorf("https default port: %+v", up)
+	}
+}
