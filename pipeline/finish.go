@@ -127,7 +127,7 @@ func (p *Pipeline) finishLocked(ctx context.Context, t *Turn, out Outcome, now t
 	if resp.Text != "" {
 		r.Partial = resp.Text
 	}
-	p.indexResponse(r, &resp)
+	p.indexResponse(r, t.Req.API, &resp)
 	if len(resp.ToolCalls) > 0 && !t.wrapUp {
 		return p.toolStep(t, g, &resp, out, now)
 	}

@@ -46,6 +46,10 @@ type governance struct {
 	tools *toolState
 	// rec is the run's recording for replay (record.go); nil when off.
 	rec *recorder
+	// static is the encoded part of the run's snapshot that never changes
+	// (limits, termination, loop, budgeted, ledgers: set when the
+	// governance is built); nil until the first persist (encodeRun).
+	static []byte
 }
 
 func govOf(r *runstate.Run) *governance {

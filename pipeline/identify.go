@@ -74,7 +74,7 @@ func (p *Pipeline) identity(call *Call, id, session string) runstate.Identity {
 }
 
 // indexResponse records what a later request will echo back of a response.
-func (p *Pipeline) indexResponse(r *runstate.Run, resp *wire.Response) {
+func (p *Pipeline) indexResponse(r *runstate.Run, api wire.API, resp *wire.Response) {
 	g := govOf(r)
 	for _, tc := range resp.ToolCalls {
 		if tc.ID != "" {
@@ -84,7 +84,9 @@ func (p *Pipeline) indexResponse(r *runstate.Run, resp *wire.Response) {
 	if resp.TextHash != 0 {
 		p.indexKey(g, runstate.KeyText+strconv.FormatUint(resp.TextHash, 16), r.ID)
 	}
-	if resp.ID != "" {
+	// Only the Responses API names a previous response (previous_response_id):
+	// a chat completion's or a message's id is never looked up.
+	if resp.ID != "" && api == wire.APIResponses {
 		p.indexKey(g, runstate.KeyResponse+resp.ID, r.ID)
 	}
 }

@@ -3,8 +3,10 @@ package pipeline
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 
 	gojson "github.com/goccy/go-json"
@@ -37,6 +39,58 @@ type runBlob struct {
 // a third of encoding/json's time with one allocation. Reads (restore,
 // control plane) decode with encoding/json: same format.
 func encode(v any) ([]byte, error) { return gojson.Marshal(v) }
+
+// encodeRun encodes a run's snapshot as runBlob, with the part fixed when
+// its governance was built (policy answers, ledgers) encoded once per run
+// rather than at every call: it is half the snapshot.
+func encodeRun(run *runstate.Persisted, g *governance) ([]byte, error) {
+	if g == nil {
+		return encode(runBlob{Run: *run})
+	}
+	if g.static == nil {
+		v, err := encode(runStatic{Limits: g.limits, Term: g.term, Loop: g.loop, Budgeted: g.budgeted, Ledgers: g.ledgers})
+		if err != nil {
+			return nil, err
+		}
+		g.static = v[1 : len(v)-1] // the members, without the braces
+	}
+	rv, err := encode(run)
+	if err != nil {
+		return nil, err
+	}
+	b := make([]byte, 0, len(rv)+len(g.static)+256)
+	b = append(append(append(b, `{"run":`...), rv...), ',')
+	b = append(b, g.static...)
+	if guard, err := g.guard.MarshalBinary(); err == nil && len(guard) > 0 {
+		b = base64.StdEncoding.AppendEncode(append(b, `,"guard":"`...), guard)
+		b = append(b, '"')
+	}
+	if tools := g.tools.snapshot(); tools != nil {
+		v, err := encode(tools)
+		if err != nil {
+			return nil, err
+		}
+		b = append(append(b, `,"tools":`...), v...)
+	}
+	b = strconv.AppendInt(append(b, `,"version":`...), g.version, 10)
+	if g.ctx != nil {
+		v, err := encode(g.ctx)
+		if err != nil {
+			return nil, err
+		}
+		b = append(append(b, `,"context":`...), v...)
+	}
+	return append(b, '}'), nil
+}
+
+// runStatic is the members of runBlob fixed for a run's life.
+type runStatic struct {
+	Limits   policy.Limits            `json:"limits"`
+	Term     policy.TerminationAnswer `json:"termination"`
+	Loop     policy.LoopThresholds    `json:"loop"`
+	Budgeted bool                     `json:"budgeted"`
+	Ledgers  []string                 `json:"ledgers"`
+}
 
 // storedEvents reads a run's timeline from the store, in order. A record
 // holds the events of one persist (a JSON array), or one event as written
@@ -75,11 +129,9 @@ func (p *Pipeline) persist(r *runstate.Run) <-chan error {
 	}
 	g := govOf(r)
 	now := p.now()
-	blob := runBlob{Run: r.Export(now)}
+	run := r.Export(now)
 	var ops []store.Op
 	if g != nil {
-		blob.Limits, blob.Term, blob.Loop, blob.Budgeted = g.limits, g.term, g.loop, g.budgeted
-		blob.Ledgers = g.ledgers
 		if mb, ok := p.book.(*accounting.MemBook); ok {
 			// A shared book keeps its own state; an in-process one is saved here.
 			for _, key := range g.ledgers {
@@ -90,13 +142,7 @@ func (p *Pipeline) persist(r *runstate.Run) <-chan error {
 				}
 			}
 		}
-		if b, err := g.guard.MarshalBinary(); err == nil {
-			blob.Guard = b
-		}
-		blob.Tools = g.tools.snapshot()
 		g.version++
-		blob.Version = g.version
-		blob.Context = g.ctx
 		ops = append(ops, g.pending...)
 		g.pending = g.pending[:0]
 		// The events of one persist are one record, keyed by the first's
@@ -106,10 +152,10 @@ func (p *Pipeline) persist(r *runstate.Run) <-chan error {
 				ops = append(ops, store.Op{Bucket: store.Events, Key: store.EventKey(r.ID, evs[0].Seq), Value: v})
 			}
 		}
-		g.savedSeq = blob.Run.LastEventSeq
+		g.savedSeq = run.LastEventSeq
 		ops = p.recordingOps(r, g, now, ops)
 	}
-	v, err := encode(blob)
+	v, err := encodeRun(&run, g)
 	if err != nil {
 		p.log.Error("cannot encode run", "run_id", r.ID, "err", err)
 		return nil

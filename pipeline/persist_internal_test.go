@@ -1,0 +1,69 @@
+package pipeline
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/haltline/haltline/policy"
+	"github.com/haltline/haltline/store"
+	"github.com/haltline/haltline/wire/openai"
+)
+
+// encodeRun writes the same bytes as encoding the whole runBlob: restores,
+// replicas and older readers decode it as before.
+func TestEncodeRunMatchesTheBlob(t *testing.T) {
+	st, err := store.OpenBoltWith(t.TempDir(), store.BoltOptions{CheckpointEvery: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	pol, err := policy.New(context.Background(), policy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := New(Options{Policy: pol, Store: st})
+	ctx := context.Background()
+	for k := range 3 {
+		body := fmt.Appendf(nil, `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"step %d"}]}`, k)
+		resp := fmt.Appendf(nil, `{"id":"chatcmpl-%d","object":"chat.completion","created":1,"model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"call_%d","type":"function","function":{"name":"search","arguments":"{\"q\":%d}"}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":100,"completion_tokens":10,"total_tokens":110}}`, k, k, k)
+		tr := p.Begin(ctx, &Call{Body: body, RunID: "enc"}, openai.Chat{})
+		if tr.Answer != nil {
+			t.Fatalf("refused: %s", tr.Answer.Body)
+		}
+		p.Finish(ctx, tr, Outcome{Status: 200, Body: resp})
+	}
+	r := p.runs.Get("enc")
+	g := govOf(r)
+	if g == nil {
+		t.Fatal("no governance")
+	}
+	g.tools = &toolState{Uses: map[string]int64{"search": 3}, PausedAt: time.Unix(1700000000, 0).UTC()}
+	for _, withTools := range []bool{true, false} {
+		if !withTools {
+			g.tools = nil
+		}
+		run := r.Export(p.now())
+		got, err := encodeRun(&run, g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		blob := runBlob{Run: run, Limits: g.limits, Term: g.term, Loop: g.loop, Budgeted: g.budgeted, Ledgers: g.ledgers,
+			Tools: g.tools.snapshot(), Version: g.version, Context: g.ctx}
+		if b, err := g.guard.MarshalBinary(); err == nil {
+			blob.Guard = b
+		}
+		want, err := encode(blob)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("tools=%v:\n got %s\nwant %s", withTools, got, want)
+		}
+	}
+	if g.static == nil {
+		t.Fatal("the fixed part was not kept")
+	}
+}
