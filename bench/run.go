@@ -230,6 +230,7 @@ func measureTarget(ctx context.Context, o options, c *http.Client, t *target, ta
 		res.Phases[ph.name] = r
 		fmt.Fprintf(out, "  %-9s %-22s %6d req  %3d err  p50 %7.0f µs  p99 %7.0f µs  proxy CPU %5.1f µs/req%s\n",
 			t.name, ph.name, r.Requests, r.Errors, r.P50us, r.P99us, r.ProxyCPUus, errNote(r.ErrorSample))
+		quiesce(ctx, t)
 	}
 	apis := []string{apiOpenAI}
 	if o.anthropic {
@@ -263,3 +264,33 @@ func errNote(sample []string) string {
 
 // goVersion is the toolchain the harness was built with.
 func goVersion() string { return runtime.Version() }
+
+// quiesce waits (at most 15 s) until the target's processes are idle: a
+// phase that overloaded a target (the 200 KB one can) leaves a backlog,
+// and the next phase must not measure the end of it.
+func quiesce(ctx context.Context, t *target) {
+	pids := []int{t.mock.pid()}
+	if t.proxy != nil {
+		pids = append(pids, t.proxy.pid())
+	}
+	busy := func() time.Duration {
+		var sum time.Duration
+		for _, pid := range pids {
+			if d, err := cpuTime(pid); err == nil {
+				sum += d
+			}
+		}
+		return sum
+	}
+	const tick = 500 * time.Millisecond // /proc counts CPU in 10 ms ticks
+	deadline := time.Now().Add(15 * time.Second)
+	last := busy()
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		time.Sleep(tick)
+		now := busy()
+		if now-last < tick/20 { // under 5 % of a core
+			return
+		}
+		last = now
+	}
+}
