@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -50,32 +51,58 @@ func BenchmarkGatewayCall(b *testing.B) {
 	}()
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, DisableCompression: true}}
 	system := bytes.Repeat([]byte("You are the order desk assistant. "), 50)
+	// parallel: 8 callers at once (throughput); one: a single caller
+	// (latency, compare with direct: the mock without the gateway).
 	for _, bc := range []struct {
-		name   string
-		stream bool
-	}{{"chat-2KB", false}, {"chat-2KB-stream", true}} {
+		name     string
+		stream   bool
+		parallel bool
+		base     string
+	}{
+		{"chat-2KB", false, true, "http://" + g.DataAddr},
+		{"chat-2KB-stream", true, true, "http://" + g.DataAddr},
+		{"chat-2KB-one", false, false, "http://" + g.DataAddr},
+		{"chat-2KB-one-direct", false, false, up.URL},
+	} {
 		b.Run(bc.name, func(b *testing.B) {
 			body := fmt.Appendf(nil, `{"model":"gpt-4o-mini","stream":%t,"max_tokens":256,"messages":[{"role":"system","content":"%s"},{"role":"user","content":"What is the capital of Mexico?"}]}`, bc.stream, system)
-			var seq atomic.Int64
+			var seq, overheadUs atomic.Int64
+			call := func() {
+				n := seq.Add(1)
+				req, _ := http.NewRequest(http.MethodPost, bc.base+"/v1/chat/completions", bytes.NewReader(body))
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("Authorization", "Bearer sk-agent-test")
+				req.Header.Set("X-Run-Id", fmt.Sprintf("bench-%s-%d", bc.name, n/4))
+				resp, err := client.Do(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					b.Fatalf("status %d", resp.StatusCode)
+				}
+				if ms, err := strconv.ParseFloat(resp.Header.Get("X-Haltline-Overhead-Ms"), 64); err == nil {
+					overheadUs.Add(int64(ms * 1000))
+				}
+			}
+			defer func() {
+				if bc.base != up.URL {
+					b.ReportMetric(float64(overheadUs.Load())/float64(seq.Load()), "overhead-µs/op")
+				}
+			}()
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
+			if !bc.parallel {
+				for b.Loop() {
+					call()
+				}
+				return
+			}
 			b.SetParallelism(4)
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
-					n := seq.Add(1)
-					req, _ := http.NewRequest(http.MethodPost, "http://"+g.DataAddr+"/v1/chat/completions", bytes.NewReader(body))
-					req.Header.Set("Content-Type", "application/json")
-					req.Header.Set("Authorization", "Bearer sk-agent-test")
-					req.Header.Set("X-Run-Id", fmt.Sprintf("bench-%s-%d", bc.name, n/4))
-					resp, err := client.Do(req)
-					if err != nil {
-						b.Fatal(err)
-					}
-					_, _ = io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-					if resp.StatusCode != 200 {
-						b.Fatalf("status %d", resp.StatusCode)
-					}
+					call()
 				}
 			})
 		})

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -122,20 +121,20 @@ func (s *Server) model(ctx *fasthttp.RequestCtx, codec wire.Codec, prov *config.
 	setOverhead(ctx, received, firstByte)
 	ctx.SetStatusCode(resp.StatusCode)
 	streaming = true
-	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
-		defer release()
-		defer cancel()
-		settle := func(out pipeline.Outcome) {
+	ctx.Response.SetBodyStream(&streamBody{
+		up: resp.Body, t: t, buf: chunkPool.Get().(*[]byte),
+		settle: func(out pipeline.Outcome) {
 			out.Status = resp.StatusCode
 			out.UpstreamWait = time.Since(start)
 			out.FirstByte = firstByte
 			s.p.Finish(context.WithoutCancel(callCtx), t, out)
-		}
-		out := relay(w, resp.Body, t, settle)
-		resp.Body.Close()
-		stopWatch()
-		settle(out) // no-op when the terminal event already settled it
-	})
+		},
+		done: func() {
+			stopWatch()
+			cancel()
+			release()
+		},
+	}, -1)
 }
 
 // relayBuffered forwards a call that asked for no stream and answers with
@@ -168,47 +167,71 @@ func (s *Server) relayBuffered(ctx *fasthttp.RequestCtx, t *pipeline.Turn, prov 
 	ctx.SetBody(body)
 }
 
-// relay copies the upstream stream to the client through the tap, flushing
-// every chunk. It stops when either side ends. When the tap reads the
-// stream's terminal event, the call is settled before those bytes go out:
-// the agent's next request must find the run up to date.
-func relay(w *bufio.Writer, body io.Reader, t *pipeline.Turn, settle func(pipeline.Outcome)) pipeline.Outcome {
-	bufp := chunkPool.Get().(*[]byte)
-	defer chunkPool.Put(bufp)
-	buf := *bufp
-	var out pipeline.Outcome
-	out.Streamed = true
-	clientGone := false
-	for {
-		n, err := body.Read(buf)
-		if n > 0 && !clientGone {
-			fwd := t.Feed(buf[:n])
-			if t.Done() {
-				settle(pipeline.Outcome{Streamed: true})
-			}
-			if len(fwd) > 0 {
-				if _, werr := w.Write(fwd); werr != nil {
-					clientGone = true
-				} else if werr = w.Flush(); werr != nil {
-					clientGone = true
-				}
-			}
-		} else if n > 0 {
-			t.Feed(buf[:n]) // keep reading usage on the side until the upstream is cut
+// streamBody is a streamed answer as fasthttp's server reads it: each Read
+// takes what the upstream sent, through the tap, in the server's own
+// goroutine, and the server writes and flushes it as one chunk.
+// (SetBodyStreamWriter would add a goroutine and a pipe to every stream.)
+// When the tap reads the stream's terminal event, the call is settled
+// before those bytes go out: the agent's next request must find the run
+// up to date. The server calls Close once the stream ended or the client
+// went away.
+type streamBody struct {
+	up      io.ReadCloser
+	t       *pipeline.Turn
+	settle  func(pipeline.Outcome)
+	done    func() // stops the hang-up watch, ends the call's context, frees the request body
+	buf     *[]byte
+	pending []byte // forwarded bytes not yet read by the server
+	tail    []byte // the tap's held bytes at the upstream's end
+	ended   bool   // the upstream ended (EOF or error)
+	err     error  // the upstream's error, when not EOF
+}
+
+func (b *streamBody) Read(p []byte) (int, error) {
+	for len(b.pending) == 0 {
+		if b.ended {
+			return 0, io.EOF
 		}
-		if err != nil {
-			if !errors.Is(err, io.EOF) {
-				out.Err = err
-			}
-			break
+		b.pending = b.feed()
+	}
+	n := copy(p, b.pending)
+	b.pending = b.pending[n:]
+	return n, nil
+}
+
+// feed reads the upstream once and returns what goes to the client.
+func (b *streamBody) feed() []byte {
+	n, err := b.up.Read(*b.buf)
+	var fwd []byte
+	if n > 0 {
+		fwd = b.t.Feed((*b.buf)[:n])
+		if b.t.Done() {
+			b.settle(pipeline.Outcome{Streamed: true})
 		}
 	}
-	if rest := t.End(); len(rest) > 0 && !clientGone {
-		if _, err := w.Write(rest); err == nil {
-			_ = w.Flush()
+	if err != nil {
+		if !errors.Is(err, io.EOF) {
+			b.err = err
 		}
+		b.ended = true
+		// fwd may alias the tap's buffer, which End reuses.
+		b.tail = append(append(b.tail[:0], fwd...), b.t.End()...)
+		return b.tail
 	}
-	return out
+	return fwd
+}
+
+func (b *streamBody) Close() error {
+	// A client gone mid-stream: keep reading usage on the side until the
+	// upstream ends or is cut (the hang-up watch cancels it).
+	for !b.ended {
+		b.feed()
+	}
+	b.up.Close()
+	chunkPool.Put(b.buf)
+	b.settle(pipeline.Outcome{Streamed: true, Err: b.err}) // a no-op once the terminal event settled it
+	b.done()
+	return nil
 }
 
 var chunkPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
