@@ -3,6 +3,7 @@ package proxy
 import (
 	"errors"
 	"net"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -43,5 +44,36 @@ func watchHangup(conn net.Conn, onClose func()) (stop func()) {
 		_ = conn.SetReadDeadline(time.Unix(1, 0))
 		<-done
 		_ = conn.SetReadDeadline(time.Time{})
+	}
+}
+
+// hangupWatchDelay is how long a call runs before its hang-up watch starts.
+// A watch costs a goroutine, a system call and two wake-ups; most calls
+// that end within this time never need one, and a client that hangs up
+// earlier is noticed when it starts.
+const hangupWatchDelay = 10 * time.Millisecond
+
+// watchHangupAfter is watchHangup started after delay, unless stop comes
+// first.
+func watchHangupAfter(conn net.Conn, delay time.Duration, onClose func()) (stop func()) {
+	var mu sync.Mutex
+	var stopWatch func()
+	stopped := false
+	timer := time.AfterFunc(delay, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !stopped {
+			stopWatch = watchHangup(conn, onClose)
+		}
+	})
+	return func() {
+		timer.Stop()
+		mu.Lock()
+		stopped = true
+		w := stopWatch
+		mu.Unlock()
+		if w != nil {
+			w()
+		}
 	}
 }

@@ -69,7 +69,7 @@ func (s *Server) model(ctx *fasthttp.RequestCtx, codec wire.Codec, prov *config.
 	// The upstream call lives as long as the run allows (t.Ctx is cancelled
 	// on cancel or termination), the per-call timeout, and the client.
 	callCtx, cancel := context.WithCancel(t.Ctx)
-	stopWatch := watchHangup(ctx.Conn(), cancel)
+	stopWatch := watchHangupAfter(ctx.Conn(), hangupWatchDelay, cancel)
 	// The run's trace context travels upstream as traceparent (copied
 	// with the agent's headers); a no-op when tracing is off.
 	s.p.Forwarding(t, func(k, v string) { h.Set(k, v) })

@@ -38,7 +38,7 @@ func (s *Server) passThrough(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	callCtx, cancel := context.WithTimeout(context.Background(), s.o.Limits.UpstreamTimeout)
-	stopWatch := watchHangup(ctx.Conn(), cancel)
+	stopWatch := watchHangupAfter(ctx.Conn(), hangupWatchDelay, cancel)
 	var body io.Reader
 	if len(raw) > 0 {
 		body = bytes.NewReader(raw)

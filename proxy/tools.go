@@ -201,7 +201,7 @@ func (tr *toolRoutes) passMCP(ctx *fasthttp.RequestCtx, t toolTarget, body []byt
 		writeRPC(ctx, 502, mcp.ErrorMessage(nil, mcp.CodeBadGateway, "cannot build the upstream request", nil))
 		return
 	}
-	stopWatch := watchHangup(ctx.Conn(), cancel)
+	stopWatch := watchHangupAfter(ctx.Conn(), hangupWatchDelay, cancel)
 	resp, err := tr.s.client.Do(req)
 	if err != nil {
 		stopWatch()

@@ -1,0 +1,53 @@
+package proxy
+
+import (
+	"net"
+	"testing"
+	"time"
+)
+
+func tcpPair(t *testing.T) (server, client net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	client, err = net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, err = ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { server.Close(); client.Close() })
+	return server, client
+}
+
+// A call that ends before the delay never starts a watch; one that runs
+// longer notices the client's hang-up.
+func TestWatchHangupAfter(t *testing.T) {
+	server, client := tcpPair(t)
+	closed := make(chan struct{}, 1)
+	stop := watchHangupAfter(server, 20*time.Millisecond, func() { closed <- struct{}{} })
+	stop()
+	client.Close()
+	time.Sleep(60 * time.Millisecond)
+	select {
+	case <-closed:
+		t.Fatal("a watch stopped before its delay still ran")
+	default:
+	}
+
+	server, client = tcpPair(t)
+	stop = watchHangupAfter(server, 5*time.Millisecond, func() { closed <- struct{}{} })
+	defer stop()
+	time.Sleep(20 * time.Millisecond)
+	client.Close()
+	select {
+	case <-closed:
+	case <-time.After(2 * time.Second):
+		t.Fatal("the hang-up was not noticed")
+	}
+}
