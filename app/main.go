@@ -84,6 +84,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 	log := newLogger(cfg.Log, stderr)
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	tuneGC(ctx, getenv)
 	g, err := Start(ctx, cfg, log)
 	if err != nil {
 		return err
