@@ -50,6 +50,9 @@ type governance struct {
 	// (limits, termination, loop, budgeted, ledgers: set when the
 	// governance is built); nil until the first persist (encodeRun).
 	static []byte
+	// lastSize is the length of the last encoded snapshot: the next one's
+	// buffer is sized from it.
+	lastSize int
 }
 
 func govOf(r *runstate.Run) *governance {

@@ -54,33 +54,43 @@ func encodeRun(run *runstate.Persisted, g *governance) ([]byte, error) {
 		}
 		g.static = v[1 : len(v)-1] // the members, without the braces
 	}
-	rv, err := encode(run)
-	if err != nil {
+	// One buffer, sized from the last snapshot, that the encoder writes
+	// into: it is the value kept by the store's overlay until checkpoint.
+	buf := bytes.NewBuffer(make([]byte, 0, max(g.lastSize+g.lastSize/8, 1024)))
+	enc := gojson.NewEncoder(buf)
+	member := func(name string, v any) error {
+		buf.WriteString(name)
+		if err := enc.Encode(v); err != nil {
+			return err
+		}
+		buf.Truncate(buf.Len() - 1) // Encode ends each value with a newline
+		return nil
+	}
+	if err := member(`{"run":`, run); err != nil {
 		return nil, err
 	}
-	b := make([]byte, 0, len(rv)+len(g.static)+256)
-	b = append(append(append(b, `{"run":`...), rv...), ',')
-	b = append(b, g.static...)
+	buf.WriteByte(',')
+	buf.Write(g.static)
 	if guard, err := g.guard.MarshalBinary(); err == nil && len(guard) > 0 {
-		b = base64.StdEncoding.AppendEncode(append(b, `,"guard":"`...), guard)
-		b = append(b, '"')
+		buf.WriteString(`,"guard":"`)
+		buf.Write(base64.StdEncoding.AppendEncode(buf.AvailableBuffer(), guard))
+		buf.WriteByte('"')
 	}
 	if tools := g.tools.snapshot(); tools != nil {
-		v, err := encode(tools)
-		if err != nil {
+		if err := member(`,"tools":`, tools); err != nil {
 			return nil, err
 		}
-		b = append(append(b, `,"tools":`...), v...)
 	}
-	b = strconv.AppendInt(append(b, `,"version":`...), g.version, 10)
+	buf.WriteString(`,"version":`)
+	buf.Write(strconv.AppendInt(buf.AvailableBuffer(), g.version, 10))
 	if g.ctx != nil {
-		v, err := encode(g.ctx)
-		if err != nil {
+		if err := member(`,"context":`, g.ctx); err != nil {
 			return nil, err
 		}
-		b = append(append(b, `,"context":`...), v...)
 	}
-	return append(b, '}'), nil
+	buf.WriteByte('}')
+	g.lastSize = buf.Len()
+	return buf.Bytes(), nil
 }
 
 // runStatic is the members of runBlob fixed for a run's life.

@@ -29,13 +29,13 @@ func TestEncodeRunMatchesTheBlob(t *testing.T) {
 	for k := range 3 {
 		body := fmt.Appendf(nil, `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"step %d"}]}`, k)
 		resp := fmt.Appendf(nil, `{"id":"chatcmpl-%d","object":"chat.completion","created":1,"model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"call_%d","type":"function","function":{"name":"search","arguments":"{\"q\":%d}"}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":100,"completion_tokens":10,"total_tokens":110}}`, k, k, k)
-		tr := p.Begin(ctx, &Call{Body: body, RunID: "enc"}, openai.Chat{})
+		tr := p.Begin(ctx, &Call{Body: body, RunID: "enc<&>\u2028"}, openai.Chat{})
 		if tr.Answer != nil {
 			t.Fatalf("refused: %s", tr.Answer.Body)
 		}
 		p.Finish(ctx, tr, Outcome{Status: 200, Body: resp})
 	}
-	r := p.runs.Get("enc")
+	r := p.runs.Get("enc<&>\u2028")
 	g := govOf(r)
 	if g == nil {
 		t.Fatal("no governance")

@@ -235,16 +235,17 @@ func (p *Pipeline) RunSweeper(ctx context.Context, every time.Duration) {
 }
 
 func (p *Pipeline) canonicalizer(keys []string) *loopguard.Canonicalizer {
-	k := ""
+	var buf [512]byte
+	k := buf[:0]
 	for _, s := range keys {
-		k += s + "\x00"
+		k = append(append(k, s...), 0)
 	}
 	p.canonMu.Lock()
 	defer p.canonMu.Unlock()
-	c := p.canons[k]
+	c := p.canons[string(k)] // a lookup by a []byte key allocates nothing
 	if c == nil {
 		c = loopguard.NewCanonicalizer(keys)
-		p.canons[k] = c
+		p.canons[string(k)] = c
 	}
 	return c
 }
