@@ -56,7 +56,7 @@ func encodeRun(run *runstate.Persisted, g *governance) ([]byte, error) {
 	}
 	// One buffer, sized from the last snapshot, that the encoder writes
 	// into: it is the value kept by the store's overlay until checkpoint.
-	buf := bytes.NewBuffer(make([]byte, 0, max(g.lastSize+g.lastSize/8, 1024)))
+	buf := bytes.NewBuffer(make([]byte, 0, max(g.lastSize+256, len(g.static)+1024)))
 	enc := gojson.NewEncoder(buf)
 	member := func(name string, v any) error {
 		buf.WriteString(name)
@@ -142,6 +142,8 @@ func (p *Pipeline) persist(r *runstate.Run) <-chan error {
 	run := r.Export(now)
 	var ops []store.Op
 	if g != nil {
+		// Ledgers, queued writes, events, recording, the run: one slice.
+		ops = make([]store.Op, 0, len(g.ledgers)+len(g.pending)+3)
 		if mb, ok := p.book.(*accounting.MemBook); ok {
 			// A shared book keeps its own state; an in-process one is saved here.
 			for _, key := range g.ledgers {
