@@ -94,8 +94,8 @@ type Turn struct {
 	UpstreamBody []byte
 	// Timeout bounds the upstream call: min(configured, remaining − final reserve).
 	Timeout time.Duration
-	// Ctx is cancelled when the run is cancelled or ends; the front end
-	// derives the upstream call's context from it.
+	// Ctx is cancelled when the run is cancelled or ends, or the front end
+	// aborts the call (Abort); the upstream call runs under it.
 	Ctx    context.Context
 	cancel context.CancelFunc
 	unreg  func()
@@ -152,4 +152,12 @@ func (t *Turn) RunID() string {
 		return ""
 	}
 	return t.run.ID
+}
+
+// Abort cancels the turn's context (its client went away): the upstream
+// call ends. Finish must still follow.
+func (t *Turn) Abort() {
+	if t.cancel != nil {
+		t.cancel()
+	}
 }

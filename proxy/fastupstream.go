@@ -66,18 +66,19 @@ func newFastUpstream(baseURL string, maxResponse int64) *fastUpstream {
 	return &fastUpstream{hc: hc}
 }
 
-// do sends req and reads the whole answer into resp, within ctx.
-func (f *fastUpstream) do(ctx context.Context, req *fasthttp.Request, resp *fasthttp.Response) error {
-	req.SetUserValue(ctxKey{}, ctx)
+// do sends req and reads the whole answer into resp, within ctx and the
+// deadline (zero: none).
+func (f *fastUpstream) do(ctx context.Context, deadline time.Time, req *fasthttp.Request, resp *fasthttp.Response) error {
+	req.SetUserValue(callKey{}, &call{ctx: ctx, deadline: deadline})
 	err := f.hc.Do(req, resp)
 	if err == nil {
 		return nil
 	}
 	if ctx.Err() != nil {
-		return ctx.Err() // cancelled or timed out: say so as net/http would
+		return ctx.Err() // cancelled: say so as net/http would
 	}
-	if d, ok := ctx.Deadline(); ok && errors.Is(err, fasthttp.ErrTimeout) && !time.Now().Before(d) {
-		return context.DeadlineExceeded // the connection's deadline fired first
+	if !deadline.IsZero() && !time.Now().Before(deadline) {
+		return context.DeadlineExceeded // as net/http says of a timed out call
 	}
 	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
 		return errResponseTooLarge
@@ -85,24 +86,31 @@ func (f *fastUpstream) do(ctx context.Context, req *fasthttp.Request, resp *fast
 	return err
 }
 
-type ctxKey struct{}
+// call is what the transport needs of the call an attempt belongs to.
+type call struct {
+	ctx      context.Context
+	deadline time.Time
+}
 
-// ctxTransport is fasthttp's round trip with the call's context: its
-// deadline bounds the connection's reads and writes, and its cancellation
-// sets a past deadline, which fails the blocked read or write at once.
+type callKey struct{}
+
+// ctxTransport is fasthttp's round trip with the call's context and
+// deadline: the deadline bounds the connection's reads and writes, and a
+// cancellation sets a past one, which fails the blocked read or write at
+// once.
 type ctxTransport struct{}
 
 var errStaleConn = errors.New("upstream closed a pooled connection")
 
 func (ctxTransport) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response) (retry bool, err error) {
-	ctx, _ := req.UserValue(ctxKey{}).(context.Context)
-	if ctx == nil {
-		ctx = context.Background()
+	c, _ := req.UserValue(callKey{}).(*call)
+	if c == nil {
+		c = &call{ctx: context.Background()}
 	}
+	ctx, deadline := c.ctx, c.deadline
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
-	deadline, _ := ctx.Deadline()
 	var wait time.Duration
 	if !deadline.IsZero() {
 		wait = time.Until(deadline)

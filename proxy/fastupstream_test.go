@@ -41,7 +41,7 @@ func TestFastUpstreamReplacesAClosedPooledConnection(t *testing.T) {
 		}
 		req := fastRequest(srv.URL+"/v1/chat/completions", body)
 		resp := fasthttp.AcquireResponse()
-		if err := up.do(context.Background(), req, resp); err != nil {
+		if err := up.do(context.Background(), time.Time{}, req, resp); err != nil {
 			t.Fatalf("call %d: %v", i+1, err)
 		}
 		if resp.StatusCode() != 200 || string(resp.Body()) != body {
@@ -76,7 +76,7 @@ func TestFastUpstreamHonoursTheCallContext(t *testing.T) {
 	go func() { <-seen; cancel() }()
 	req := fastRequest(srv.URL+"/v1/chat/completions", `{}`)
 	resp := fasthttp.AcquireResponse()
-	if err := up.do(ctx, req, resp); !errors.Is(err, context.Canceled) {
+	if err := up.do(ctx, time.Time{}, req, resp); !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled call: %v", err)
 	}
 	select {
@@ -85,9 +85,7 @@ func TestFastUpstreamHonoursTheCallContext(t *testing.T) {
 		t.Fatal("the upstream request outlived its cancelled call")
 	}
 
-	ctx, cancel = context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer cancel()
-	if err := up.do(ctx, req, resp); !errors.Is(err, context.DeadlineExceeded) {
+	if err := up.do(context.Background(), time.Now().Add(100*time.Millisecond), req, resp); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("timed out call: %v", err)
 	}
 	<-seen
@@ -107,7 +105,7 @@ func TestFastUpstreamBoundsTheAnswer(t *testing.T) {
 	up := newFastUpstream(srv.URL, 1024)
 	req := fastRequest(srv.URL+"/v1/chat/completions", `{}`)
 	resp := fasthttp.AcquireResponse()
-	if err := up.do(context.Background(), req, resp); !errors.Is(err, errResponseTooLarge) {
+	if err := up.do(context.Background(), time.Time{}, req, resp); !errors.Is(err, errResponseTooLarge) {
 		t.Fatalf("got %v", err)
 	}
 }

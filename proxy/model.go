@@ -68,8 +68,8 @@ func (s *Server) model(ctx *fasthttp.RequestCtx, codec wire.Codec, prov *config.
 
 	// The upstream call lives as long as the run allows (t.Ctx is cancelled
 	// on cancel or termination), the per-call timeout, and the client.
-	callCtx, cancel := context.WithCancel(t.Ctx)
-	stopWatch := watchHangupAfter(ctx.Conn(), hangupWatchDelay, cancel)
+	callCtx := t.Ctx
+	stopWatch := watchHangupAfter(ctx.Conn(), hangupWatchDelay, t.Abort)
 	// The run's trace context travels upstream as traceparent (copied
 	// with the agent's headers); a no-op when tracing is off.
 	s.p.Forwarding(t, func(k, v string) { h.Set(k, v) })
@@ -77,7 +77,6 @@ func (s *Server) model(ctx *fasthttp.RequestCtx, codec wire.Codec, prov *config.
 	if up := s.fastFor(prov); up != nil && !t.Req.Stream {
 		s.relayBuffered(ctx, t, prov, up, callCtx, start, received)
 		stopWatch()
-		cancel()
 		return
 	}
 	resp, err := s.send(callCtx, ctx, t, prov)
@@ -85,7 +84,6 @@ func (s *Server) model(ctx *fasthttp.RequestCtx, codec wire.Codec, prov *config.
 	firstByte := wait // send returns once the response headers are in
 	if err != nil {
 		stopWatch()
-		cancel()
 		s.answerFinish(ctx, t, pipeline.Outcome{Err: err, UpstreamWait: wait}, received)
 		return
 	}
@@ -93,7 +91,6 @@ func (s *Server) model(ctx *fasthttp.RequestCtx, codec wire.Codec, prov *config.
 		body, rerr := readBounded(resp.Body, s.o.Limits.MaxResponseBytes)
 		resp.Body.Close()
 		stopWatch()
-		cancel()
 		wait = time.Since(start)
 		if rerr != nil {
 			s.answerFinish(ctx, t, pipeline.Outcome{Err: rerr, UpstreamWait: wait}, received)
@@ -131,7 +128,6 @@ func (s *Server) model(ctx *fasthttp.RequestCtx, codec wire.Codec, prov *config.
 		},
 		done: func() {
 			stopWatch()
-			cancel()
 			release()
 		},
 	}, -1)
@@ -179,7 +175,7 @@ type streamBody struct {
 	up      io.ReadCloser
 	t       *pipeline.Turn
 	settle  func(pipeline.Outcome)
-	done    func() // stops the hang-up watch, ends the call's context, frees the request body
+	done    func() // stops the hang-up watch, frees the request body
 	buf     *[]byte
 	pending []byte // forwarded bytes not yet read by the server
 	tail    []byte // the tap's held bytes at the upstream's end

@@ -29,11 +29,10 @@ const (
 type tryFunc func() (status int, header func(string) string, err error)
 
 // withRetries runs try, retrying timeouts, 5xx, resets and 429 (honouring
-// Retry-After) while another try fits in ctx's deadline; never other 4xx.
-// discard drops a failed attempt's response before the next try. A nil
-// error means the last attempt's response is the answer.
-func withRetries(ctx context.Context, retries int, try tryFunc, discard func()) error {
-	callDeadline, _ := ctx.Deadline()
+// Retry-After) while another try fits before the call's deadline; never
+// other 4xx. discard drops a failed attempt's response before the next
+// try. A nil error means the last attempt's response is the answer.
+func withRetries(ctx context.Context, callDeadline time.Time, retries int, try tryFunc, discard func()) error {
 	for attempt := 0; ; attempt++ {
 		status, header, err := try()
 		retry, wait := retryable(status, header, err)
@@ -70,9 +69,10 @@ func upstreamURL(prov *config.Provider, in *fasthttp.RequestCtx) string {
 // answer may be a stream. A returned response has its body open.
 func (s *Server) send(ctx context.Context, in *fasthttp.RequestCtx, t *pipeline.Turn, prov *config.Provider) (*http.Response, error) {
 	ctx, cancel := context.WithTimeout(ctx, t.Timeout)
+	deadline, _ := ctx.Deadline()
 	url := upstreamURL(prov, in)
 	var resp *http.Response
-	err := withRetries(ctx, s.o.Retries, func() (int, func(string) string, error) {
+	err := withRetries(ctx, deadline, s.o.Retries, func() (int, func(string) string, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(t.UpstreamBody))
 		if err != nil {
 			return 0, nil, err
@@ -98,8 +98,9 @@ func (s *Server) send(ctx context.Context, in *fasthttp.RequestCtx, t *pipeline.
 // no stream, with the provider's fasthttp client: the answer is read whole.
 // The caller releases the response.
 func (s *Server) sendBuffered(ctx context.Context, in *fasthttp.RequestCtx, t *pipeline.Turn, prov *config.Provider, up *fastUpstream) (*fasthttp.Response, error) {
-	ctx, cancel := context.WithTimeout(ctx, t.Timeout)
-	defer cancel()
+	// The timeout is the connection's deadline, not a context of its own
+	// (a timer and two registrations per call).
+	deadline := time.Now().Add(t.Timeout)
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
 	req.Header.SetMethod(http.MethodPost)
@@ -107,8 +108,8 @@ func (s *Server) sendBuffered(ctx context.Context, in *fasthttp.RequestCtx, t *p
 	upstreamHeaders(&in.Request.Header, prov, s.isAnthropic(prov), req.Header.Add)
 	req.SetBodyRaw(t.UpstreamBody)
 	resp := fasthttp.AcquireResponse()
-	err := withRetries(ctx, s.o.Retries, func() (int, func(string) string, error) {
-		if err := up.do(ctx, req, resp); err != nil {
+	err := withRetries(ctx, deadline, s.o.Retries, func() (int, func(string) string, error) {
+		if err := up.do(ctx, deadline, req, resp); err != nil {
 			return 0, nil, err
 		}
 		return resp.StatusCode(), func(k string) string { return string(resp.Header.Peek(k)) }, nil
