@@ -15,6 +15,7 @@ import (
 
 	"github.com/haltline/haltline/config"
 	"github.com/haltline/haltline/policy"
+	"github.com/haltline/haltline/telemetry"
 )
 
 const usage = `Haltline: a gateway that sees each agent run, and ends runaway runs gracefully.
@@ -103,5 +104,5 @@ func newLogger(c config.Log, w io.Writer) *slog.Logger {
 	if c.Format == "text" {
 		return slog.New(slog.NewTextHandler(w, opts))
 	}
-	return slog.New(slog.NewJSONHandler(w, opts))
+	return slog.New(telemetry.NewJSONHandler(w, opts))
 }

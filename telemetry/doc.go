@@ -1,8 +1,9 @@
 // Package telemetry is the only importer of Prometheus and OpenTelemetry:
 // the gateway's metrics (built on an injected Registerer, never the global
 // registry), its traces (one per run, a span per state, a child span per
-// upstream call with the GenAI semantic conventions), and the names of log
-// keys. Observer implements pipeline.Observer on top of the three.
+// upstream call with the GenAI semantic conventions), the names of log
+// keys and the JSON log handler (slog's format, faster for the flat line
+// of every call). Observer implements pipeline.Observer on top of them.
 //
 // Run, session and agent ids are never metric labels: their number is
 // unbounded. They are span attributes and log fields instead. Secrets,
