@@ -63,6 +63,8 @@ func BenchmarkGatewayCall(b *testing.B) {
 		{"chat-2KB-stream", true, true, "http://" + g.DataAddr},
 		{"chat-2KB-one", false, false, "http://" + g.DataAddr},
 		{"chat-2KB-one-direct", false, false, up.URL},
+		{"chat-2KB-stream-one", true, false, "http://" + g.DataAddr},
+		{"chat-2KB-stream-one-direct", true, false, up.URL},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			body := fmt.Appendf(nil, `{"model":"gpt-4o-mini","stream":%t,"max_tokens":256,"messages":[{"role":"system","content":"%s"},{"role":"user","content":"What is the capital of Mexico?"}]}`, bc.stream, system)
