@@ -46,8 +46,12 @@ func newFastUpstream(baseURL string, maxResponse int64) *fastUpstream {
 			}
 			return &upstreamConn{Conn: c}, nil
 		},
-		MaxConns:           4096,
-		MaxConnWaitTimeout: 5 * time.Second,
+		// Past this many connections to the provider, a call waits for one
+		// to come back (in order) instead of dialing: a burst of thousands
+		// of calls must not become thousands of connects, which a loaded
+		// provider's accept queue drops.
+		MaxConns:           maxUpstreamConns,
+		MaxConnWaitTimeout: 10 * time.Minute, // within the call's own deadline
 		// Shorter than the providers' keep-alive, so that a pooled
 		// connection is rarely one the far end already closed.
 		MaxIdleConnDuration:           30 * time.Second,
@@ -80,11 +84,21 @@ func (f *fastUpstream) do(ctx context.Context, deadline time.Time, req *fasthttp
 	if !deadline.IsZero() && !time.Now().Before(deadline) {
 		return context.DeadlineExceeded // as net/http says of a timed out call
 	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		// A connect that timed out is not the call's timeout (a dial
+		// error says it is): worth another try.
+		return dialError{err}
+	}
 	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
 		return errResponseTooLarge
 	}
 	return err
 }
+
+// maxUpstreamConns bounds the connections to one provider for calls
+// answered whole.
+const maxUpstreamConns = 1024
 
 // call is what the transport needs of the call an attempt belongs to.
 type call struct {
@@ -178,3 +192,10 @@ func markUsed(conn net.Conn) bool {
 	uc.used = true
 	return was
 }
+
+// dialError is a failed connect, hiding what it wraps from errors.Is: a
+// timed out dial matches context.DeadlineExceeded, which would end the
+// call instead of retrying it.
+type dialError struct{ err error }
+
+func (e dialError) Error() string { return e.err.Error() }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -118,5 +119,72 @@ func TestNewFastUpstreamRefusesWhatItCannotDial(t *testing.T) {
 	}
 	if up := newFastUpstream("https://api.openai.com", 1); up == nil || up.hc.Addr != "api.openai.com:443" || !up.hc.IsTLS {
 		t.Errorf("https default port: %+v", up)
+	}
+}
+
+// Calls beyond the connection limit wait for a pooled connection instead of
+// dialing one each, and all get their answer.
+func TestFastUpstreamWaitsForAConnection(t *testing.T) {
+	var conns, inFlight, most atomic.Int32
+	release := make(chan struct{})
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := inFlight.Add(1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		<-release
+		inFlight.Add(-1)
+		_, _ = w.Write([]byte(`{}`))
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	up := newFastUpstream(srv.URL, 1<<20)
+	up.hc.MaxConns = 2
+	errs := make(chan error, 5)
+	for range 5 {
+		go func() {
+			req := fastRequest(srv.URL+"/v1/chat/completions", `{}`)
+			resp := fasthttp.AcquireResponse()
+			errs <- up.do(context.Background(), time.Now().Add(10*time.Second), req, resp)
+		}()
+	}
+	for inFlight.Load() < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond) // the other three are waiting, not dialing
+	close(release)
+	for range 5 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c, m := conns.Load(), most.Load(); c != 2 || m != 2 {
+		t.Fatalf("%d connections, %d calls at once at the upstream; want 2 and 2", c, m)
+	}
+}
+
+// A failed connect is worth another try: it must not read as the call's
+// own timeout.
+func TestFastUpstreamDialFailureIsRetryable(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	up := newFastUpstream("http://"+addr, 1<<20)
+	req := fastRequest("http://"+addr+"/v1/chat/completions", `{}`)
+	resp := fasthttp.AcquireResponse()
+	err = up.do(context.Background(), time.Now().Add(10*time.Second), req, resp)
+	var de dialError
+	if !errors.As(err, &de) || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("got %T %v", err, err)
+	}
+	if retry, _ := retryable(0, nil, err); !retry {
+		t.Fatal("a failed connect is not retried")
 	}
 }
