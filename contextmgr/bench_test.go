@@ -78,3 +78,34 @@ func BenchmarkRewrite(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkNeedsRewriteNextStep is the decision on a run's next call: the
+// 200 KB history of the last call plus one step, with the run's cache of
+// the last call (the whole body is read when the cache misses).
+func BenchmarkNeedsRewriteNextStep(b *testing.B) {
+	for _, api := range apis {
+		var prev, next []byte
+		for steps := 10; ; steps += 2 {
+			g := genConversation(rand.New(rand.NewPCG(42, 42)), steps+1, 6000)
+			next = g.render(api)
+			g.steps = g.steps[:steps]
+			prev = g.render(api)
+			if len(prev) >= 200<<10 {
+				break
+			}
+		}
+		wm := Estimate(api, next)
+		var primed EstimateCache
+		primed.NeedsRewrite(api, prev, wm)
+		b.Run(api.String(), func(b *testing.B) {
+			b.SetBytes(int64(len(next)))
+			b.ReportAllocs()
+			for b.Loop() {
+				c := primed
+				if _, needs := c.NeedsRewrite(api, next, wm); needs {
+					b.Fatal("over the watermark")
+				}
+			}
+		})
+	}
+}

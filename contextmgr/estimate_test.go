@@ -1,11 +1,16 @@
 package contextmgr
 
 import (
+	"bytes"
 	"encoding/json"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+
+	"github.com/zeebo/xxh3"
 
 	"github.com/haltline/haltline/wire"
 )
@@ -82,5 +87,61 @@ func TestUpperBoundHolds(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The cache decides as the full read does, on every step of growing agent
+// conversations, in the three formats; it reads less once the history
+// repeats; and a body that does not begin with the cached prefix (the
+// model changed, the history was edited) is read whole, correctly.
+func TestEstimateCacheDecidesAsTheFullRead(t *testing.T) {
+	for _, api := range apis {
+		for seed := uint64(1); seed <= 20; seed++ {
+			r := rand.New(rand.NewPCG(seed, 7))
+			g := genConversation(r, 12, 3000)
+			var c EstimateCache
+			for k := 0; k <= len(g.steps); k++ {
+				step := genConv{system: g.system, task: g.task, steps: g.steps[:k]}
+				body := step.render(api)
+				if k%5 == 4 { // an edited history: the prefix no longer matches
+					body = bytes.Replace(body, []byte(g.task[:20]), []byte(strings.ToUpper(g.task[:20])), 1)
+				}
+				full := Estimate(api, body)
+				for _, wm := range []int64{full - 1, full, full + 1, full / 2} {
+					cc := c // each watermark from the same cache
+					est, needs := cc.NeedsRewrite(api, body, wm)
+					_, want := NeedsRewrite(api, body, wm)
+					if needs != want {
+						t.Fatalf("%v seed %d step %d wm %d: cached says %v, full read %v", api, seed, k, wm, needs, want)
+					}
+					if !needs && est != full && est != upperBound(api, len(body)) {
+						t.Fatalf("%v seed %d step %d: estimate %d, full %d", api, seed, k, est, full)
+					}
+				}
+				est, _ := c.NeedsRewrite(api, body, full) // fits: read to the end, cache updated
+				if est != full && est != upperBound(api, len(body)) {
+					t.Fatalf("%v seed %d step %d: estimate %d, full %d", api, seed, k, est, full)
+				}
+				if c.cut <= 0 && upperBound(api, len(body)) > full {
+					t.Fatalf("%v seed %d step %d: nothing cached", api, seed, k)
+				}
+			}
+		}
+	}
+}
+
+// Hashing the prefix in two writes gives the hash of one: the cache checks
+// in one write what it stored in two.
+func TestEstimateCacheHashIsSplitInvariant(t *testing.T) {
+	b := bytes.Repeat([]byte("0123456789abcdef"), 10_000)
+	for _, cut := range []int{0, 1, 63, 64, 65, 1023, 1024, 1025, 70_000} {
+		var one, two xxh3.Hasher
+		_, _ = one.Write(b)
+		_, _ = two.Write(b[:cut])
+		_ = two.Sum64()
+		_, _ = two.Write(b[cut:])
+		if one.Sum64() != two.Sum64() {
+			t.Fatalf("cut %d: hashes differ", cut)
+		}
 	}
 }

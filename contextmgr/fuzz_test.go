@@ -81,3 +81,28 @@ func FuzzNeedsRewrite(f *testing.F) {
 		}
 	})
 }
+
+// FuzzEstimateCache: after any body, the cache decides on any next body —
+// one that begins with the cached prefix, most of all — as the full read.
+func FuzzEstimateCache(f *testing.F) {
+	f.Add(uint8(0), []byte(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`), []byte(`,{"role":"assistant","content":"yes"}]}`), int64(5))
+	f.Add(uint8(1), []byte(`{"input":[{"type":"message","id":"a"}],"tools":[1]}`), []byte(`,"x"],"tools":[]}`), int64(1))
+	f.Add(uint8(2), []byte(`{"messages":[]}`), []byte(`{"role":"user"}]}`), int64(3))
+	f.Fuzz(func(t *testing.T, apiByte uint8, first, rest []byte, wm int64) {
+		api := wire.API(apiByte % 4)
+		var c EstimateCache
+		c.NeedsRewrite(api, first, max(Estimate(api, first), 1)) // read whole when over the size bound
+		next := rest
+		if c.cut > 0 {
+			next = append(first[:c.cut:c.cut], rest...)
+		}
+		est, needs := c.NeedsRewrite(api, next, wm)
+		full := Estimate(api, next)
+		if want := wm > 0 && full > wm; needs != want {
+			t.Fatalf("needs %v, the full estimate %d against %d says %v", needs, full, wm, want)
+		}
+		if !needs && est != full && est != upperBound(api, len(next)) {
+			t.Fatalf("estimate %d, full %d", est, full)
+		}
+	})
+}

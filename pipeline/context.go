@@ -31,7 +31,7 @@ func (p *Pipeline) rewriteContext(ctx context.Context, t *Turn, g *governance, n
 		tighten = err == nil && line != ""
 	}
 	wm := contextmgr.Watermark(t.price.ContextWindow, contextmgr.Params{Tighten: tighten})
-	if _, needs := contextmgr.NeedsRewrite(t.Req.API, body, wm); !needs {
+	if _, needs := g.estimate.NeedsRewrite(t.Req.API, body, wm); !needs {
 		return body
 	}
 	if g.ctx == nil {

@@ -41,6 +41,10 @@ type governance struct {
 	// ctx is the context manager's state: the compressed prefix, pinned
 	// facts (persisted with the run).
 	ctx *contextmgr.State
+	// estimate lets the next call's context check read only what the agent
+	// added to its history (in memory only: a restored run reads its next
+	// body whole once).
+	estimate contextmgr.EstimateCache
 	// tools is the run's tool governance: approvals, idempotent results,
 	// blobs of cut output, per-tool uses (tool*.go); nil until a tool call.
 	tools *toolState
