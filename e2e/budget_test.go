@@ -423,6 +423,7 @@ func TestBrokenPolicyReloadKeepsLastGood(t *testing.T) {
 	resp.Body.Close()
 }
 
+// syncBuffer is a log sink written by the gateway's goroutines.
 type syncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -143,24 +142,6 @@ func obsGateway(t *testing.T, upstreamURL string, logs io.Writer) (*app.Gateway,
 		_ = g.Close(ctx)
 	})
 	return g, exp
-}
-
-// obsLogs is a log sink written by the gateway's goroutines.
-type obsLogs struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *obsLogs) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *obsLogs) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 func attrsOf(kvs []attribute.KeyValue) map[string]attribute.Value {
@@ -445,7 +426,7 @@ func TestObservabilityLogsNoSecrets(t *testing.T) {
 	t.Parallel()
 	up := httptest.NewServer(&obsModel{tools: 2})
 	t.Cleanup(up.Close)
-	logs := &obsLogs{}
+	logs := &syncBuffer{}
 	g, _ := obsGateway(t, up.URL, logs)
 	obsAgent(t, g, obsSecret, "r-logs-ok", "Look the customer up twice: "+obsArgMarker, 10)
 	obsAgent(t, g, obsSecret, "r-logs-loop", "loop over the logs of "+obsArgMarker, 10)
