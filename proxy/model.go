@@ -68,18 +68,17 @@ func (s *Server) model(ctx *fasthttp.RequestCtx, codec wire.Codec, prov *config.
 
 	// The upstream call lives as long as the run allows (t.Ctx is cancelled
 	// on cancel or termination), the per-call timeout, and the client.
-	callCtx := t.Ctx
 	stopWatch := watchHangupAfter(ctx.Conn(), hangupWatchDelay, t.Abort)
 	// The run's trace context travels upstream as traceparent (copied
 	// with the agent's headers); a no-op when tracing is off.
 	s.p.Forwarding(t, func(k, v string) { h.Set(k, v) })
 	start := time.Now()
 	if up := s.fastFor(prov); up != nil && !t.Req.Stream {
-		s.relayBuffered(ctx, t, prov, up, callCtx, start, received)
+		s.relayBuffered(ctx, t, prov, up, start, received)
 		stopWatch()
 		return
 	}
-	resp, err := s.send(callCtx, ctx, t, prov)
+	resp, err := s.send(t.Ctx, ctx, t, prov)
 	wait := time.Since(start)
 	firstByte := wait // send returns once the response headers are in
 	if err != nil {
@@ -124,7 +123,7 @@ func (s *Server) model(ctx *fasthttp.RequestCtx, codec wire.Codec, prov *config.
 			out.Status = resp.StatusCode
 			out.UpstreamWait = time.Since(start)
 			out.FirstByte = firstByte
-			s.p.Finish(context.WithoutCancel(callCtx), t, out)
+			s.p.Finish(context.WithoutCancel(t.Ctx), t, out)
 		},
 		done: func() {
 			stopWatch()
@@ -135,9 +134,8 @@ func (s *Server) model(ctx *fasthttp.RequestCtx, codec wire.Codec, prov *config.
 
 // relayBuffered forwards a call that asked for no stream and answers with
 // the upstream's whole response (or the pipeline's replacement).
-func (s *Server) relayBuffered(ctx *fasthttp.RequestCtx, t *pipeline.Turn, prov *config.Provider, up *fastUpstream,
-	callCtx context.Context, start, received time.Time) {
-	resp, err := s.sendBuffered(callCtx, ctx, t, prov, up)
+func (s *Server) relayBuffered(ctx *fasthttp.RequestCtx, t *pipeline.Turn, prov *config.Provider, up *fastUpstream, start, received time.Time) {
+	resp, err := s.sendBuffered(t.Ctx, ctx, t, prov, up)
 	wait := time.Since(start)
 	if err != nil {
 		s.answerFinish(ctx, t, pipeline.Outcome{Err: err, UpstreamWait: wait}, received)
@@ -153,7 +151,7 @@ func (s *Server) relayBuffered(ctx *fasthttp.RequestCtx, t *pipeline.Turn, prov 
 		return
 	}
 	for k, v := range resp.Header.All() {
-		if !hopHeaders[string(k)] && !bytes.HasPrefix(k, []byte("X-Run-")) {
+		if !notRelayed(string(k)) {
 			ctx.Response.Header.AddBytesKV(k, v)
 		}
 	}
@@ -278,9 +276,13 @@ var hopHeaders = map[string]bool{
 	"Content-Length": true, "Content-Encoding": true,
 }
 
+// notRelayed reports whether a header stays on its side of the gateway:
+// hop-by-hop, recomputed, or one of the run headers.
+func notRelayed(k string) bool { return hopHeaders[k] || strings.HasPrefix(k, "X-Run-") }
+
 func copyHeaders(dst *fasthttp.ResponseHeader, src http.Header) {
 	for k, vs := range src {
-		if hopHeaders[k] || strings.HasPrefix(k, "X-Run-") {
+		if notRelayed(k) {
 			continue
 		}
 		for _, v := range vs {

@@ -181,7 +181,7 @@ func skipUpstream(k []byte, gatewayKey bool) bool {
 	case "Authorization", "X-Api-Key":
 		return gatewayKey
 	}
-	return hopHeaders[string(k)] || bytes.HasPrefix(k, []byte("X-Run-"))
+	return notRelayed(string(k))
 }
 
 // cancelOnClose releases the call's timeout when the body is done.
