@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"io"
 	"net"
@@ -186,5 +187,37 @@ func TestFastUpstreamDialFailureIsRetryable(t *testing.T) {
 	}
 	if retry, _ := retryable(0, nil, err); !retry {
 		t.Fatal("a failed connect is not retried")
+	}
+}
+
+// Providers are https: the client speaks TLS (with the host's name) and
+// still replaces a pooled connection the far end closed.
+func TestFastUpstreamOverTLS(t *testing.T) {
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		_, _ = w.Write(b)
+	}))
+	defer srv.Close()
+	up := newFastUpstream(srv.URL, 1<<20)
+	if up == nil || !up.hc.IsTLS {
+		t.Fatalf("no TLS client for %s", srv.URL)
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(srv.Certificate())
+	up.hc.TLSConfig.RootCAs = roots
+	up.hc.TLSConfig.ServerName = "example.com" // the test certificate's name
+	for i, body := range []string{`{"n":1}`, `{"n":2}`} {
+		if i > 0 {
+			srv.CloseClientConnections()
+			time.Sleep(20 * time.Millisecond)
+		}
+		req := fastRequest(srv.URL+"/v1/messages", body)
+		resp := fasthttp.AcquireResponse()
+		if err := up.do(context.Background(), time.Now().Add(5*time.Second), req, resp); err != nil {
+			t.Fatalf("call %d: %v", i+1, err)
+		}
+		if string(resp.Body()) != body {
+			t.Fatalf("call %d: %s", i+1, resp.Body())
+		}
 	}
 }
