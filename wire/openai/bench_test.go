@@ -111,3 +111,22 @@ func BenchmarkValidReference(b *testing.B) {
 		_ = gjson.ValidBytes(body)
 	}
 }
+
+// BenchmarkParseResponse is the settlement's read of a chat completion: a
+// tool call (the common answer of an agent step) and a final text answer.
+func BenchmarkParseResponse(b *testing.B) {
+	for _, bc := range []struct{ name, body string }{
+		{"tool-call", `{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"search_orders","arguments":"{\"page\":3}"}}],"refusal":null},"logprobs":null,"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":900,"completion_tokens":18,"total_tokens":918,"prompt_tokens_details":{"cached_tokens":0},"completion_tokens_details":{"reasoning_tokens":0}},"system_fingerprint":"fp_1"}`},
+		{"text", `{"id":"chatcmpl-2","object":"chat.completion","created":1,"model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":"The three open orders of customer 4711 are A-1001, A-1002 and A-1007; all shipped.","refusal":null},"logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":1000,"completion_tokens":20,"total_tokens":1020}}`},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			body := []byte(bc.body)
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := (Chat{}).ParseResponse(body); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

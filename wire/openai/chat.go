@@ -316,6 +316,14 @@ func missingResults(req *wire.Request) []string {
 	return out
 }
 
+// The members ParseResponse reads, each object in one walk (fields).
+var (
+	choiceKeys   = [2]string{"message", "finish_reason"}
+	messageKeys  = [3]string{"content", "tool_calls", "function_call"}
+	callKeys     = [2]string{"id", "function"}
+	functionKeys = [2]string{"name", "arguments"}
+)
+
 // ParseResponse reads a non-streamed chat completion.
 func (Chat) ParseResponse(body []byte) (wire.Response, error) {
 	var r wire.Response
@@ -351,26 +359,33 @@ func (Chat) ParseResponse(body []byte) (wire.Response, error) {
 	if first == "" {
 		return r, nil
 	}
-	msg := field(first, "message")
-	if fr := chatFinish(field(first, "finish_reason")); fr != "" {
+	var choice [2]string // message, finish_reason
+	fields(first, choiceKeys[:], choice[:])
+	if fr := chatFinish(choice[1]); fr != "" {
 		r.FinishReason = fr
 	}
-	text, _ := appendParts(nil, field(msg, "content"), "text", "output_text")
+	var msg [3]string // content, tool_calls, function_call
+	fields(choice[0], messageKeys[:], msg[:])
+	text, _ := appendParts(nil, msg[0], "text", "output_text")
 	r.TextHash = wire.TextHash(view(text))
 	r.Text = head(text)
-	eachElement(field(msg, "tool_calls"), func(tc string) bool {
-		fn := field(tc, "function")
+	eachElement(msg[1], func(tc string) bool {
+		var call, fn [2]string // id, function; name, arguments
+		fields(tc, callKeys[:], call[:])
+		fields(call[1], functionKeys[:], fn[:])
 		r.ToolCalls = append(r.ToolCalls, wire.ToolCall{
-			ID:        clone(str(field(tc, "id"))),
-			Name:      clone(str(field(fn, "name"))),
-			Arguments: appendUnescaped(nil, field(fn, "arguments")),
+			ID:        clone(str(call[0])),
+			Name:      clone(str(fn[0])),
+			Arguments: appendUnescaped(nil, fn[1]),
 		})
 		return true
 	})
-	if fc := field(msg, "function_call"); isObject(fc) { // legacy, no id
+	if fc := msg[2]; isObject(fc) { // legacy, no id
+		var fn [2]string
+		fields(fc, functionKeys[:], fn[:])
 		r.ToolCalls = append(r.ToolCalls, wire.ToolCall{
-			Name:      clone(str(field(fc, "name"))),
-			Arguments: appendUnescaped(nil, field(fc, "arguments")),
+			Name:      clone(str(fn[0])),
+			Arguments: appendUnescaped(nil, fn[1]),
 		})
 	}
 	return r, nil

@@ -123,6 +123,20 @@ func eachElement(arr string, fn func(v string) bool) {
 }
 
 // field returns the raw value of key in the object obj, "" when absent.
+// fields reads, in one walk of obj, the raw value of each of keys into
+// the same place of out: the first occurrence, as field does; "" when
+// absent (a present value is never empty).
+func fields(obj string, keys, out []string) {
+	eachMember(obj, func(m member) bool {
+		for i, k := range keys {
+			if out[i] == "" && m.key == k {
+				out[i] = m.value(obj)
+			}
+		}
+		return true
+	})
+}
+
 func field(obj, key string) string {
 	var v string
 	eachMember(obj, func(m member) bool {
