@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/haltline/haltline/pipeline"
-	"github.com/haltline/haltline/policy"
 	"github.com/haltline/haltline/store"
 	"github.com/haltline/haltline/wire/openai"
 )
@@ -43,7 +42,7 @@ func agentAnswer(run string, k, steps int) []byte {
 // flight, each step continuing its run by X-Run-Id with its history and tool
 // results, every change committed to the embedded store (log + checkpoints).
 func BenchmarkAgentLoopPersisted(b *testing.B) {
-	p := persistedPipeline(b)
+	p, _ := persistedPipeline(b, store.BoltOptions{})
 	const slots, steps = 1024, 4
 	type req struct {
 		run  string
@@ -87,16 +86,7 @@ func BenchmarkAgentLoopPersisted(b *testing.B) {
 // records several events (state changes, the model call, its tool calls).
 func BenchmarkMemoryPerEvent(b *testing.B) {
 	const runs, steps = 200, 20
-	st, err := store.OpenBoltWith(b.TempDir(), store.BoltOptions{CheckpointEvery: time.Hour})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { st.Close() })
-	pol, err := policy.New(context.Background(), policy.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	p := pipeline.New(pipeline.Options{Policy: pol, Store: st})
+	p, st := persistedPipeline(b, store.BoltOptions{CheckpointEvery: time.Hour})
 	ctx := context.Background()
 	step := func(run string, k int) {
 		t := p.Begin(ctx, &pipeline.Call{Body: agentStep(run, k), RunID: run}, openai.Chat{})

@@ -116,9 +116,9 @@ func BenchmarkAdmitSettle(b *testing.B) {
 }
 
 // persistedPipeline is a pipeline with the default policies over an
-// embedded store in a temporary directory, closed with the test.
-func persistedPipeline(b *testing.B) *pipeline.Pipeline {
-	st, err := store.OpenBolt(b.TempDir())
+// embedded store (with opts) in a temporary directory, closed with the test.
+func persistedPipeline(b *testing.B, opts store.BoltOptions) (*pipeline.Pipeline, *store.Bolt) {
+	st, err := store.OpenBoltWith(b.TempDir(), opts)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -127,13 +127,13 @@ func persistedPipeline(b *testing.B) *pipeline.Pipeline {
 	if err != nil {
 		b.Fatal(err)
 	}
-	return pipeline.New(pipeline.Options{Policy: pol, Store: st})
+	return pipeline.New(pipeline.Options{Policy: pol, Store: st}), st
 }
 
 // BenchmarkModelCallPersisted is BenchmarkModelCall with the embedded store:
 // every transition committed to the store (its log, group commit).
 func BenchmarkModelCallPersisted(b *testing.B) {
-	p := persistedPipeline(b)
+	p, _ := persistedPipeline(b, store.BoltOptions{})
 	body := chatBody(2 << 10)
 	resp := []byte(finalResponse)
 	ctx := context.Background()
