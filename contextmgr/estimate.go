@@ -367,32 +367,32 @@ func weighString(b []byte, start int) (w int64, end int) {
 			continue
 		}
 		// Runs of backslashes: byte by byte through this word.
-		for e := i + 8; i < e; i++ {
-			c := b[i]
-			switch {
-			case pend != 0:
-				pend = 0
-			case c == '"':
-				return int64(s), i
-			case c == '\\':
-				pend = 1
-			}
-			s += uint64(byteWeight[c])
+		var closed bool
+		if i, s, pend, closed = weighBytes(b, i, i+8, s, pend); closed {
+			return int64(s), i
 		}
 	}
-	for ; i < len(b); i++ {
+	i, s, _, _ = weighBytes(b, i, len(b), s, pend)
+	return int64(s), i
+}
+
+// weighBytes is weighString's byte-by-byte step over b[i:e], for words
+// with runs of backslashes and the last bytes: closed reports the closing
+// quote, at the returned index (e otherwise).
+func weighBytes(b []byte, i, e int, s uint64, pend uint) (int, uint64, uint, bool) {
+	for ; i < e; i++ {
 		c := b[i]
 		switch {
 		case pend != 0:
 			pend = 0
 		case c == '"':
-			return int64(s), i
+			return i, s, pend, true
 		case c == '\\':
 			pend = 1
 		}
 		s += uint64(byteWeight[c])
 	}
-	return int64(s), len(b)
+	return e, s, pend, false
 }
 
 func isIDKey(k []byte) bool {
