@@ -152,45 +152,59 @@ func lexString(b []byte, i int) (end int, w uint64, esc, ok bool) {
 			return i, 0, false, false
 		}
 		check = 0
-		for e := i + 8; i < e; i++ {
-			c := b[i]
-			s += uint64(byteWeight[c])
-			switch {
-			case pend != 0:
-				pend = 0
-			case c == '"':
-				return i + 1, s - uint64(byteWeight['"']), esc, true
-			case c < ' ':
-				return i, 0, false, false
-			case c == '\\':
-				if !validEscape(b, i+1) {
-					return i, 0, false, false
-				}
-				esc, pend = true, 1
-			}
+		var st lexEnd
+		if i, s, pend, esc, st = lexBytes(b, i, i+8, s, pend, esc); st != lexOn {
+			return lexResult(i, s, esc, st)
 		}
 	}
 	if check != 0 && !validEscape(b, i) {
 		return i, 0, false, false
 	}
-	for ; i < len(b); i++ {
+	var st lexEnd
+	if i, s, _, esc, st = lexBytes(b, i, len(b), s, pend, esc); st != lexOn {
+		return lexResult(i, s, esc, st)
+	}
+	return len(b), 0, false, false
+}
+
+// lexEnd is where lexBytes stopped.
+type lexEnd int
+
+const (
+	lexOn     lexEnd = iota // at e: the string goes on
+	lexClosed               // at the closing quote
+	lexBad                  // at a control character or a bad escape
+)
+
+// lexBytes is lexString's byte-by-byte step over b[i:e], for words with
+// runs of backslashes and the last bytes.
+func lexBytes(b []byte, i, e int, s uint64, pend uint, esc bool) (int, uint64, uint, bool, lexEnd) {
+	for ; i < e; i++ {
 		c := b[i]
 		s += uint64(byteWeight[c])
 		switch {
 		case pend != 0:
 			pend = 0
 		case c == '"':
-			return i + 1, s - uint64(byteWeight['"']), esc, true
+			return i, s, pend, esc, lexClosed
 		case c < ' ':
-			return i, 0, false, false
+			return i, s, pend, esc, lexBad
 		case c == '\\':
 			if !validEscape(b, i+1) {
-				return i, 0, false, false
+				return i, s, pend, esc, lexBad
 			}
 			esc, pend = true, 1
 		}
 	}
-	return len(b), 0, false, false
+	return e, s, pend, esc, lexOn
+}
+
+// lexResult is lexString's answer where lexBytes stopped at i.
+func lexResult(i int, s uint64, esc bool, st lexEnd) (int, uint64, bool, bool) {
+	if st == lexClosed {
+		return i + 1, s - uint64(byteWeight['"']), esc, true
+	}
+	return i, 0, false, false
 }
 
 // appendUnescaped appends the decoded contents of a JSON string (s is
