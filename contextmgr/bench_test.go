@@ -3,6 +3,7 @@ package contextmgr
 import (
 	"context"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/haltline/haltline/wire"
@@ -32,7 +33,7 @@ func BenchmarkNeedsRewrite(b *testing.B) {
 		for _, w := range []struct {
 			name string
 			wm   int64
-		}{{"window=32k", 19_200}, {"fits", Estimate(api, body)}, {"window=1M", 600_000}} {
+		}{{"window=32k", 19_200}, {"fits", Estimate(api, body)}, {"window=128k", Watermark(128_000, Params{})}, {"window=1M", 600_000}} {
 			b.Run(api.String()+"/"+w.name, func(b *testing.B) {
 				b.SetBytes(int64(len(body)))
 				b.ReportAllocs()
@@ -108,4 +109,28 @@ func BenchmarkNeedsRewriteNextStep(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkClassBound measures the byte-class count that decides a large
+// body of prose without weighing it (the harness's 200 KB request to a
+// 128k-window model), against weighing it.
+func BenchmarkClassBound(b *testing.B) {
+	body := []byte(`{"model":"gpt-4o-mini","messages":[{"role":"system","content":"` +
+		strings.Repeat("You are the order desk assistant of a mail-order shop. Answer from tool results only, cite order numbers. ", 1900) +
+		`"},{"role":"user","content":"Where is order 1234?"}]}`)
+	wm := Watermark(128_000, Params{})
+	b.Run("decide", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		for b.Loop() {
+			if _, needs := NeedsRewrite(wire.APIChat, body, wm); needs {
+				b.Fatal("over the watermark")
+			}
+		}
+	})
+	b.Run("weigh", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		for b.Loop() {
+			Estimate(wire.APIChat, body)
+		}
+	})
 }

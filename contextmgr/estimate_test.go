@@ -65,7 +65,8 @@ func TestEstimateAgainstRecordedUsage(t *testing.T) {
 	t.Logf("mean absolute error %.1f%% over %d recorded calls", 100*sumAbs/float64(len(cases)), len(cases))
 }
 
-// The size bound holds on the heaviest shapes the estimator prices.
+// The size and class bounds hold on the heaviest shapes the estimator
+// prices, and a body that stops inside a string.
 func TestUpperBoundHolds(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -78,16 +79,84 @@ func TestUpperBoundHolds(t *testing.T) {
 		{"escapes", `{"t":"\u00e9\u00e9\n\t\""}`},
 		{"digits", `[1234567890,1234567890]`},
 		{"punctuation", `{"t":"!!!!####$$$$%%%%"}`},
+		{"open id", `{"id":"`},
+		{"open value", `{"content":"`},
+		{"quotes", `["","","","","","","","","","",""]`},
+		{"letters outside strings", `[true,false,null,true,false,null]`},
+		{"continuation bytes", "{\"t\":\"\x80\x80\x80\xbf\xbf\"}"},
 	} {
 		t.Run(tc.desc, func(t *testing.T) {
 			t.Parallel()
 			for _, api := range []wire.API{wire.APIChat, wire.APIResponses, wire.APIMessages} {
-				if est, bound := Estimate(api, []byte(tc.body)), upperBound(api, len(tc.body)); est > bound {
+				est := Estimate(api, []byte(tc.body))
+				if bound := upperBound(api, len(tc.body)); est > bound {
 					t.Fatalf("%v: estimate %d over the bound %d", api, est, bound)
+				}
+				if bound := classBound(api, []byte(tc.body)); est > bound {
+					t.Fatalf("%v: estimate %d over the class bound %d", api, est, bound)
 				}
 			}
 		})
 	}
+}
+
+// The class bound holds on every step of generated agent conversations
+// (prose, JSON tool output, ids, escapes), counts each class as the byte
+// loop does whatever the alignment, and is tight enough on prose to
+// decide a 200 KB request to a 128k-window model without weighing it.
+func TestClassBound(t *testing.T) {
+	t.Parallel()
+	for _, api := range apis {
+		for seed := uint64(1); seed <= 10; seed++ {
+			r := rand.New(rand.NewPCG(seed, 11))
+			g := genConversation(r, 10, 3000)
+			for k := 0; k <= len(g.steps); k++ {
+				body := genConv{system: g.system, task: g.task, steps: g.steps[:k]}.render(api)
+				if est, bound := Estimate(api, body), classBound(api, body); est > bound {
+					t.Fatalf("%v seed %d step %d: estimate %d over the class bound %d", api, seed, k, est, bound)
+				}
+			}
+		}
+	}
+	r := rand.New(rand.NewPCG(3, 3))
+	b := make([]byte, 300)
+	for range 2000 {
+		for i := range b {
+			b[i] = byte(r.IntN(256))
+		}
+		n := r.IntN(len(b))
+		// Random lengths put each byte position in the word loop and in
+		// the tail's byte loop: both must count as the definition does.
+		if got, want := classBound(wire.APIChat, b[:n]), classBoundBytewise(b[:n]); got != want {
+			t.Fatalf("classBound %d, byte by byte %d for %q", got, want, b[:n])
+		}
+	}
+	prose := []byte(`{"model":"gpt-4o-mini","messages":[{"role":"system","content":"` +
+		strings.Repeat("You are the order desk assistant of a mail-order shop. Answer from tool results only, cite order numbers. ", 1900) +
+		`"},{"role":"user","content":"Where is order 1234?"}]}`)
+	wm := Watermark(128_000, Params{})
+	if bound := classBound(wire.APIChat, prose); bound > wm {
+		t.Fatalf("%d bytes of prose: class bound %d over the watermark %d", len(prose), bound, wm)
+	}
+	if upperBound(wire.APIChat, len(prose)) <= wm {
+		t.Fatalf("the size bound alone decides %d bytes: the case does not test the class bound", len(prose))
+	}
+}
+
+// classBoundBytewise is classBound's definition, one byte at a time.
+func classBoundBytewise(b []byte) int64 {
+	var w int64
+	for _, c := range b {
+		switch {
+		case c >= 0x80:
+			w += highClassWeight
+		case c <= ' ', c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z':
+			w += lowClassWeight
+		default:
+			w += midClassWeight
+		}
+	}
+	return finish(wire.APIChat, w+idWeight, true)
 }
 
 // The cache decides as the full read does, on every step of growing agent
@@ -114,15 +183,15 @@ func TestEstimateCacheDecidesAsTheFullRead(t *testing.T) {
 					if needs != want {
 						t.Fatalf("%v seed %d step %d wm %d: cached says %v, full read %v", api, seed, k, wm, needs, want)
 					}
-					if !needs && est != full && est != upperBound(api, len(body)) {
+					if !needs && est != full && est != upperBound(api, len(body)) && est != classBound(api, body) {
 						t.Fatalf("%v seed %d step %d: estimate %d, full %d", api, seed, k, est, full)
 					}
 				}
 				est, _ := c.NeedsRewrite(api, body, full) // fits: read to the end, cache updated
-				if est != full && est != upperBound(api, len(body)) {
+				if est != full && est != upperBound(api, len(body)) && est != classBound(api, body) {
 					t.Fatalf("%v seed %d step %d: estimate %d, full %d", api, seed, k, est, full)
 				}
-				if c.cut <= 0 && upperBound(api, len(body)) > full {
+				if c.cut <= 0 && classBound(api, body) > full {
 					t.Fatalf("%v seed %d step %d: nothing cached", api, seed, k)
 				}
 			}

@@ -76,6 +76,9 @@ func FuzzNeedsRewrite(f *testing.F) {
 		if full > upperBound(api, len(body)) {
 			t.Fatalf("estimate %d over the bound %d for %q", full, upperBound(api, len(body)), body)
 		}
+		if full > classBound(api, body) {
+			t.Fatalf("estimate %d over the class bound %d for %q", full, classBound(api, body), body)
+		}
 		if want := wm > 0 && full > wm; needs != want {
 			t.Fatalf("needs %v, the full estimate %d against %d says %v", needs, full, wm, want)
 		}
@@ -101,7 +104,7 @@ func FuzzEstimateCache(f *testing.F) {
 		if want := wm > 0 && full > wm; needs != want {
 			t.Fatalf("needs %v, the full estimate %d against %d says %v", needs, full, wm, want)
 		}
-		if !needs && est != full && est != upperBound(api, len(next)) {
+		if !needs && est != full && est != upperBound(api, len(next)) && est != classBound(api, next) {
 			t.Fatalf("estimate %d, full %d", est, full)
 		}
 	})
