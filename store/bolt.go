@@ -148,7 +148,10 @@ func OpenBoltWith(dir string, opts BoltOptions) (*Bolt, error) {
 	}
 	s := &Bolt{db: db, dir: dir, opts: opts, seg: seg, active: newOverlay(),
 		nudge: make(chan struct{}, 1), stop: make(chan struct{}), stopped: make(chan struct{})}
-	s.GroupCommitter = NewGroupCommitter(s.commit)
+	// With an fsync per commit, a call's first write (before it is
+	// forwarded) is left to the writer, so the fsync overlaps the upstream
+	// call instead of delaying it.
+	s.GroupCommitter = NewGroupCommitter(s.commit, opts.Sync != SyncAlways)
 	go s.background()
 	return s, nil
 }

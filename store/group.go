@@ -1,15 +1,31 @@
 package store
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // GroupCommitter is the write policy both stores share: Apply queues a batch
 // of ops; one goroutine commits everything queued since its last commit in
 // one transaction (at most MaxBatch ops, unless one Apply has more), so the
 // cost of a commit (an fsync, a round trip) is shared by the calls in flight.
+//
+// With inline commits, an Apply that finds nothing queued and no commit
+// running commits its batch itself, in its own goroutine: the common case
+// below saturation, where handing the batch to the writer and its result
+// back would cost two goroutine switches for a group of one. Whoever
+// commits holds commitMu, and an Apply commits inline only when nothing
+// queued before it is still uncommitted, so batches commit in Apply order
+// as before.
 type GroupCommitter struct {
 	commit func(batches [][]Op) error
 	queue  chan groupItem
 	done   chan struct{}
+
+	inline   bool
+	commitMu sync.Mutex   // held during a commit, by the writer or an inline Apply
+	queued   atomic.Int64 // batches sent to the writer and not yet committed
+	one      [1][]Op      // an inline commit's batches, under commitMu
 
 	// closeMu orders Apply's send against Close's close of the queue.
 	closeMu sync.RWMutex
@@ -25,14 +41,18 @@ type groupItem struct {
 }
 
 // NewGroupCommitter starts the writer goroutine; commit applies the
-// batches, in order, atomically.
-func NewGroupCommitter(commit func(batches [][]Op) error) *GroupCommitter {
-	g := &GroupCommitter{commit: commit, queue: make(chan groupItem, 1024), done: make(chan struct{})}
+// batches, in order, atomically. inline lets Apply commit a batch itself
+// when nothing else is queued (see GroupCommitter); a store whose commit
+// is slow and whose callers need not wait for it (an fsync per commit)
+// leaves it off.
+func NewGroupCommitter(commit func(batches [][]Op) error, inline bool) *GroupCommitter {
+	g := &GroupCommitter{commit: commit, inline: inline, queue: make(chan groupItem, 1024), done: make(chan struct{})}
 	go g.writer()
 	return g
 }
 
-// Apply queues ops; the channel receives the commit's result once.
+// Apply queues ops, or commits them at once (see GroupCommitter); the
+// channel receives the commit's result once.
 func (g *GroupCommitter) Apply(ops []Op) <-chan error {
 	res := make(chan error, 1)
 	g.closeMu.RLock()
@@ -41,6 +61,21 @@ func (g *GroupCommitter) Apply(ops []Op) <-chan error {
 		res <- ErrClosed
 		return res
 	}
+	if g.inline && g.queued.Load() == 0 && g.commitMu.TryLock() {
+		// Checked again under the lock: the writer may have taken a batch
+		// from the queue and not yet committed it.
+		if g.queued.Load() == 0 {
+			g.one[0] = ops
+			err := g.commit(g.one[:])
+			g.one[0] = nil
+			g.commitMu.Unlock()
+			g.setLastError(err)
+			res <- err
+			return res
+		}
+		g.commitMu.Unlock()
+	}
+	g.queued.Add(1)
 	g.queue <- groupItem{ops: ops, res: res}
 	return res
 }
@@ -69,14 +104,21 @@ func (g *GroupCommitter) writer() {
 		for _, it := range items {
 			batches = append(batches, it.ops)
 		}
+		g.commitMu.Lock()
 		err := g.commit(batches)
-		g.errMu.Lock()
-		g.lastErr = err
-		g.errMu.Unlock()
+		g.queued.Add(-int64(len(items)))
+		g.commitMu.Unlock()
+		g.setLastError(err)
 		for _, it := range items {
 			it.res <- err
 		}
 	}
+}
+
+func (g *GroupCommitter) setLastError(err error) {
+	g.errMu.Lock()
+	g.lastErr = err
+	g.errMu.Unlock()
 }
 
 // LastError is the result of the last commit.

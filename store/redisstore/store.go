@@ -40,7 +40,7 @@ func NewStore(rdb redis.UniversalClient, prefix string) *Store {
 		prefix = DefaultPrefix
 	}
 	s := &Store{rdb: rdb, prefix: prefix}
-	s.GroupCommitter = store.NewGroupCommitter(s.commit)
+	s.GroupCommitter = store.NewGroupCommitter(s.commit, true)
 	return s
 }
 
@@ -63,8 +63,8 @@ func (s *Store) commit(batches [][]store.Op) error {
 	defer cancel()
 	// MULTI/EXEC: the batch is applied whole or not at all, in order. A
 	// retried EXEC (go-redis retries once on a network error) replays the
-	// same puts and deletes, which is harmless: they are idempotent and this
-	// goroutine sends nothing else meanwhile.
+	// same puts and deletes, which is harmless: they are idempotent and no
+	// other commit runs meanwhile (the committer serialises them).
 	_, err := s.rdb.TxPipelined(ctx, func(tx redis.Pipeliner) error {
 		for _, ops := range batches {
 			for _, op := range ops {
