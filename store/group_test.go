@@ -34,7 +34,8 @@ func TestGroupCommitterInline(t *testing.T) {
 
 	started := make(chan (<-chan error))
 	go func() { started <- g.Apply([]Op{{Bucket: Runs, Key: []byte("a")}}) }() // inline, held in commit
-	waitFor(t, func() bool { // a's commit holds the lock
+	// Wait until a's commit holds the lock.
+	waitFor(t, func() bool {
 		if g.commitMu.TryLock() {
 			g.commitMu.Unlock()
 			return false
