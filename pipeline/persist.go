@@ -223,13 +223,21 @@ func (p *Pipeline) wait(ch <-chan error, runID string) {
 	if ch == nil {
 		return
 	}
+	var err error
 	select {
-	case err := <-ch:
-		if err != nil {
-			p.log.Error("persisting run failed", "run_id", runID, "err", err)
+	case err = <-ch: // committed inline by Apply (the common case): no timer
+	default:
+		t := time.NewTimer(persistWait)
+		select {
+		case err = <-ch:
+			t.Stop()
+		case <-t.C:
+			p.log.Error("persisting run timed out", "run_id", runID)
+			return
 		}
-	case <-time.After(persistWait):
-		p.log.Error("persisting run timed out", "run_id", runID)
+	}
+	if err != nil {
+		p.log.Error("persisting run failed", "run_id", runID, "err", err)
 	}
 }
 
