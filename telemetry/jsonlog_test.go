@@ -13,6 +13,10 @@ import (
 	"testing"
 	"testing/slogtest"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/haltline/haltline/policy"
 )
 
 func TestJSONHandlerIsAHandler(t *testing.T) {
@@ -146,5 +150,17 @@ func tokens(t *testing.T, line []byte) []any {
 			t.Fatalf("%v: %s", err, line)
 		}
 		out = append(out, tok)
+	}
+}
+
+// BenchmarkPolicyDecision is the observer's work for one policy answer at
+// the default level (several per call): the metrics, and no debug line.
+func BenchmarkPolicyDecision(b *testing.B) {
+	o := NewObserver(New(prometheus.NewRegistry()), nil, slog.New(NewJSONHandler(io.Discard, nil)))
+	d := policy.Decision{Package: "haltline.model", RunID: "r-abcdef0123", Subject: "gpt-4o-mini",
+		Summary: "allow", Duration: 3 * time.Microsecond}
+	b.ReportAllocs()
+	for b.Loop() {
+		o.PolicyDecision(d)
 	}
 }

@@ -107,12 +107,31 @@ func New(reg prometheus.Registerer) *Metrics {
 // ModelCall counts one call: status, duration, the gateway's own overhead
 // and, when it was forwarded, the upstream's time to first byte.
 func (m *Metrics) ModelCall(api string, status int, total, upstream, firstByte time.Duration) {
-	m.Calls.WithLabelValues(api, strconv.Itoa(status)).Inc()
+	m.Calls.WithLabelValues(api, statusLabel(status)).Inc()
 	m.CallDuration.WithLabelValues(api).Observe(total.Seconds())
 	m.Overhead.WithLabelValues(api).Observe(max(total-upstream, 0).Seconds())
 	if firstByte > 0 {
 		m.FirstByte.WithLabelValues(api).Observe(firstByte.Seconds())
 	}
+}
+
+// statusLabel is strconv.Itoa without an allocation for the usual codes.
+func statusLabel(status int) string {
+	switch status {
+	case 200:
+		return "200"
+	case 400:
+		return "400"
+	case 429:
+		return "429"
+	case 500:
+		return "500"
+	case 502:
+		return "502"
+	case 503:
+		return "503"
+	}
+	return strconv.Itoa(status)
 }
 
 // TeamSpend adds a call's cost to its team. Teams come from configured

@@ -121,6 +121,9 @@ func (o *Observer) PolicyDecision(d policy.Decision) {
 		o.log.Error(MsgPolicyFailed, KeyPackage, d.Package, KeyRunID, d.RunID, KeyError, d.Err)
 		return
 	}
+	if !o.log.Enabled(context.Background(), slog.LevelDebug) {
+		return // off by default; the arguments would be boxed for nothing, several times a call
+	}
 	o.log.Debug(MsgPolicyDecision, KeyPackage, d.Package, KeyRunID, d.RunID, KeySubject, d.Subject,
 		KeyArgsHash, d.Fingerprint, KeyDecision, d.Summary, KeyDurationUs, d.Duration.Microseconds(),
 		KeyPolicyVer, d.Version)
