@@ -302,7 +302,7 @@ func (s *Server) ownCall(ctx context.Context, in *fasthttp.RequestCtx, prov *con
 	if err != nil {
 		return 0, nil, err
 	}
-	upstreamHeaders(&in.Request.Header, prov, s.isAnthropic(prov), req.Header.Add)
+	upstreamHeaders(&in.Request.Header, prov, s.isAnthropic(prov), addHTTPHeader(req.Header))
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := s.client.Do(req)
 	if err != nil {

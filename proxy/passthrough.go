@@ -51,7 +51,7 @@ func (s *Server) passThrough(ctx *fasthttp.RequestCtx) {
 			Body: codec.ErrorBody(wire.ErrInvalidRequest, "bad request", nil)})
 		return
 	}
-	upstreamHeaders(&ctx.Request.Header, prov, s.isAnthropic(prov), req.Header.Add)
+	upstreamHeaders(&ctx.Request.Header, prov, s.isAnthropic(prov), addHTTPHeader(req.Header))
 	resp, err := s.client.Do(req)
 	if err != nil {
 		stopWatch()

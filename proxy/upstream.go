@@ -77,7 +77,7 @@ func (s *Server) send(ctx context.Context, in *fasthttp.RequestCtx, t *pipeline.
 		if err != nil {
 			return 0, nil, err
 		}
-		upstreamHeaders(&in.Request.Header, prov, s.isAnthropic(prov), req.Header.Add)
+		upstreamHeaders(&in.Request.Header, prov, s.isAnthropic(prov), addHTTPHeader(req.Header))
 		if resp, err = s.client.Do(req); err != nil {
 			return 0, nil, err
 		}
@@ -105,7 +105,9 @@ func (s *Server) sendBuffered(ctx context.Context, in *fasthttp.RequestCtx, t *p
 	defer fasthttp.ReleaseRequest(req)
 	req.Header.SetMethod(http.MethodPost)
 	req.SetRequestURI(upstreamURL(prov, in))
-	upstreamHeaders(&in.Request.Header, prov, s.isAnthropic(prov), req.Header.Add)
+	// The agent's header bytes are copied as they are: fasthttp read them
+	// normalised, and a string per header would be garbage.
+	upstreamHeaders(&in.Request.Header, prov, s.isAnthropic(prov), req.Header.AddBytesKV)
 	req.SetBodyRaw(t.UpstreamBody)
 	resp := fasthttp.AcquireResponse()
 	err := withRetries(ctx, deadline, s.o.Retries, func() (int, func(string) string, error) {
@@ -154,23 +156,29 @@ func (s *Server) isAnthropic(prov *config.Provider) bool { return prov == &s.o.A
 // upstreamHeaders hands add the agent's headers, less hop-by-hop, the run
 // headers and, with a gateway-held key, the agent's credential; then the
 // gateway's credential. fasthttp gives header names in canonical form.
-func upstreamHeaders(src *fasthttp.RequestHeader, prov *config.Provider, anthropic bool, add func(k, v string)) {
+func upstreamHeaders(src *fasthttp.RequestHeader, prov *config.Provider, anthropic bool, add func(k, v []byte)) {
 	for k, v := range src.All() {
 		if skipUpstream(k, prov.APIKey != "") {
 			continue
 		}
-		add(http.CanonicalHeaderKey(string(k)), string(v))
+		add(k, v)
 	}
 	if prov.APIKey != "" {
 		if anthropic {
-			add("X-Api-Key", prov.APIKey)
+			add([]byte("X-Api-Key"), []byte(prov.APIKey))
 			if len(src.Peek("Anthropic-Version")) == 0 {
-				add("Anthropic-Version", "2023-06-01")
+				add([]byte("Anthropic-Version"), []byte("2023-06-01"))
 			}
 		} else {
-			add("Authorization", "Bearer "+prov.APIKey)
+			add([]byte("Authorization"), []byte("Bearer "+prov.APIKey))
 		}
 	}
+}
+
+// addHTTPHeader is upstreamHeaders' add for a net/http request (which
+// canonicalises the key as the header was before fasthttp read it).
+func addHTTPHeader(h http.Header) func(k, v []byte) {
+	return func(k, v []byte) { h.Add(string(k), string(v)) }
 }
 
 // skipUpstream reports whether the agent's header k stays at the gateway.
