@@ -51,15 +51,13 @@ func NewGroupCommitter(commit func(batches [][]Op) error, inline bool) *GroupCom
 	return g
 }
 
-// Apply queues ops, or commits them at once (see GroupCommitter); the
-// channel receives the commit's result once.
+// Apply queues ops, or commits them at once (see GroupCommitter); a
+// receive from the channel gives the commit's result.
 func (g *GroupCommitter) Apply(ops []Op) <-chan error {
-	res := make(chan error, 1)
 	g.closeMu.RLock()
 	defer g.closeMu.RUnlock()
 	if g.closed {
-		res <- ErrClosed
-		return res
+		return failed(ErrClosed)
 	}
 	if g.inline && g.queued.Load() == 0 && g.commitMu.TryLock() {
 		// Checked again under the lock: the writer may have taken a batch
@@ -70,14 +68,33 @@ func (g *GroupCommitter) Apply(ops []Op) <-chan error {
 			g.one[0] = nil
 			g.commitMu.Unlock()
 			g.setLastError(err)
-			res <- err
-			return res
+			if err != nil {
+				return failed(err)
+			}
+			return committed
 		}
 		g.commitMu.Unlock()
 	}
+	res := make(chan error, 1)
 	g.queued.Add(1)
 	g.queue <- groupItem{ops: ops, res: res}
 	return res
+}
+
+// committed is the result of every successful inline commit: a closed
+// channel, which gives nil to any number of receives, and costs no
+// allocation per call.
+var committed = func() chan error {
+	c := make(chan error)
+	close(c)
+	return c
+}()
+
+// failed returns a channel holding err.
+func failed(err error) <-chan error {
+	c := make(chan error, 1)
+	c <- err
+	return c
 }
 
 func (g *GroupCommitter) writer() {

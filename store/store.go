@@ -31,7 +31,8 @@ type Op struct {
 // Store persists batches of writes atomically and reads them back at start.
 type Store interface {
 	// Apply queues the ops to be committed together, in order, atomically.
-	// The channel receives the commit's result once.
+	// A receive from the channel gives the commit's result (the channel
+	// may be a closed one shared by successful commits: receive once).
 	Apply(ops []Op) <-chan error
 	// Get returns one record, or nil when there is none.
 	Get(b Bucket, key []byte) ([]byte, error)
