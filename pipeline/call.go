@@ -127,11 +127,17 @@ type Turn struct {
 
 // Feed passes a piece of the upstream stream through the usage tap and
 // returns what the client must receive.
-func (t *Turn) Feed(chunk []byte) []byte {
+func (t *Turn) Feed(chunk []byte) []byte { return t.streamTap().Feed(chunk) }
+
+// Terminal reports whether event, one whole SSE event not yet fed, is the
+// stream's terminal event.
+func (t *Turn) Terminal(event []byte) bool { return t.streamTap().Terminal(event) }
+
+func (t *Turn) streamTap() wire.StreamTap {
 	if t.tap == nil {
 		t.tap = t.codec.NewStreamTap(&t.Req)
 	}
-	return t.tap.Feed(chunk)
+	return t.tap
 }
 
 // Done reports that the stream's terminal event has been read: the front

@@ -16,6 +16,7 @@ import (
 	"github.com/haltline/haltline/config"
 	"github.com/haltline/haltline/pipeline"
 	"github.com/haltline/haltline/wire"
+	"github.com/haltline/haltline/wire/sse"
 )
 
 // model governs one model call: Begin, forward, relay, Finish.
@@ -167,18 +168,32 @@ func (s *Server) relayBuffered(ctx *fasthttp.RequestCtx, t *pipeline.Turn, prov 
 // (SetBodyStreamWriter would add a goroutine and a pipe to every stream.)
 // When the tap reads the stream's terminal event, the call is settled
 // before those bytes go out: the agent's next request must find the run
-// up to date. The server calls Close once the stream ended or the client
-// went away.
+// up to date. What precedes that event in the same read goes out first, so
+// the settlement never holds back a chunk (a fast upstream's whole answer
+// often arrives in one read). The server calls Close once the stream ended
+// or the client went away.
 type streamBody struct {
 	up      io.ReadCloser
-	t       *pipeline.Turn
+	t       streamTurn
 	settle  func(pipeline.Outcome)
 	done    func() // stops the hang-up watch, frees the request body
 	buf     *[]byte
 	pending []byte // forwarded bytes not yet read by the server
 	tail    []byte // the tap's held bytes at the upstream's end
-	ended   bool   // the upstream ended (EOF or error)
-	err     error  // the upstream's error, when not EOF
+	// unfed is the terminal event cut off the last read (in buf), with
+	// that read's error: fed once the bytes before it went out.
+	unfed    []byte
+	unfedErr error
+	ended    bool  // the upstream ended (EOF or error)
+	err      error // the upstream's error, when not EOF
+}
+
+// streamTurn is what a relayed stream needs of its turn (*pipeline.Turn).
+type streamTurn interface {
+	Feed(chunk []byte) []byte
+	Terminal(event []byte) bool
+	Done() bool
+	End() []byte
 }
 
 func (b *streamBody) Read(p []byte) (int, error) {
@@ -193,12 +208,21 @@ func (b *streamBody) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// feed reads the upstream once and returns what goes to the client.
+// feed reads the upstream once (or takes the terminal event held from the
+// last read) and returns what goes to the client.
 func (b *streamBody) feed() []byte {
-	n, err := b.up.Read(*b.buf)
+	chunk, err := b.unfed, b.unfedErr
+	b.unfed, b.unfedErr = nil, nil
+	if chunk == nil {
+		n, rerr := b.up.Read(*b.buf)
+		chunk, err = (*b.buf)[:n], rerr
+		if i := sse.LastEventStart(chunk); i > 0 && b.t.Terminal(chunk[i:]) {
+			chunk, b.unfed, b.unfedErr, err = chunk[:i], chunk[i:], err, nil
+		}
+	}
 	var fwd []byte
-	if n > 0 {
-		fwd = b.t.Feed((*b.buf)[:n])
+	if len(chunk) > 0 {
+		fwd = b.t.Feed(chunk)
 		if b.t.Done() {
 			b.settle(pipeline.Outcome{Streamed: true})
 		}

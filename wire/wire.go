@@ -220,6 +220,11 @@ type StreamTap interface {
 	// front end then settles the call before it relays those bytes, so an
 	// agent's next request always finds the run up to date.
 	Done() bool
+	// Terminal reports whether event, one whole SSE event, is the stream's
+	// terminal event, without reading it into the tap: the front end feeds
+	// the bytes before it first, so that they reach the client without
+	// waiting for the settlement.
+	Terminal(event []byte) bool
 }
 
 // Codec is one provider API's wire format. Implementations are stateless and

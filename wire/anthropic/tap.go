@@ -63,13 +63,25 @@ func (t *tap) Response() *wire.Response {
 	return &t.resp
 }
 
-func (t *tap) event(ev []byte) {
-	name, data := sse.Fields(ev)
-	d := view(data)
-	typ := view(name)
+// Terminal reports whether ev is message_stop or an error event.
+func (t *tap) Terminal(ev []byte) bool {
+	typ, _ := eventType(ev)
+	return typ == "message_stop" || typ == "error"
+}
+
+// eventType returns an event's type (its name, or its data's type member)
+// and its data.
+func eventType(ev []byte) (typ, data string) {
+	name, d := sse.Fields(ev)
+	data, typ = view(d), view(name)
 	if typ == "" {
-		typ = gjson.Get(d, "type").Str
+		typ = gjson.Get(data, "type").Str
 	}
+	return typ, data
+}
+
+func (t *tap) event(ev []byte) {
+	typ, d := eventType(ev)
 	switch typ {
 	case "content_block_delta":
 		delta := gjson.Get(d, "delta")

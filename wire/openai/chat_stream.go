@@ -42,6 +42,15 @@ type chatTap struct {
 // Done reports that the stream's terminal event was read.
 func (t *chatTap) Done() bool { return t.done }
 
+// Terminal reports whether ev is the [DONE] event.
+func (t *chatTap) Terminal(ev []byte) bool {
+	_, data := sse.Fields(ev)
+	return isDone(view(bytes.TrimSpace(data)))
+}
+
+// isDone reports whether an event's trimmed data is [DONE].
+func isDone(data string) bool { return data == "[DONE]" }
+
 // streamCall is one tool call being assembled from deltas.
 type streamCall struct {
 	index    int64
@@ -121,7 +130,7 @@ func (t *chatTap) read(ev []byte) bool {
 	_, data := sse.Fields(ev)
 	d := view(bytes.TrimSpace(data))
 	if len(d) == 0 || d[0] != '{' {
-		if string(d) == "[DONE]" {
+		if isDone(d) {
 			t.done = true
 		}
 		return false // [DONE], comments, or something we cannot read

@@ -3,6 +3,8 @@ package openai
 import (
 	"bytes"
 
+	"github.com/tidwall/gjson"
+
 	"github.com/haltline/haltline/wire"
 	"github.com/haltline/haltline/wire/sse"
 )
@@ -21,6 +23,26 @@ type responsesTap struct {
 
 // Done reports that the stream's terminal event was read.
 func (t *responsesTap) Done() bool { return t.done }
+
+// Terminal reports whether ev ends the response. Its name says so in the
+// stream OpenAI sends; the data's type is read when it has none.
+func (t *responsesTap) Terminal(ev []byte) bool {
+	name, data := sse.Fields(ev)
+	typ := view(name)
+	if typ == "" {
+		typ = gjson.Get(view(data), "type").Str
+	}
+	return responsesTerminal(typ)
+}
+
+// responsesTerminal reports whether an event type ends a Responses stream.
+func responsesTerminal(typ string) bool {
+	switch typ {
+	case "response.completed", "response.incomplete", "response.failed", "response.cancelled":
+		return true
+	}
+	return false
+}
 
 func (t *responsesTap) Feed(chunk []byte) []byte {
 	t.split.Feed(chunk, t.read)
@@ -61,6 +83,11 @@ func (t *responsesTap) read(ev []byte) {
 	if typ == "" {
 		typ = view(name)
 	}
+	if responsesTerminal(typ) {
+		readResponseObject(&t.resp, response, &t.text, !t.sawDelta)
+		t.done = true
+		return
+	}
 	switch typ {
 	case "response.output_text.delta":
 		t.text = appendUnescaped(t.text, delta)
@@ -78,9 +105,6 @@ func (t *responsesTap) read(ev []byte) {
 				Arguments: appendUnescaped(nil, field(item, "arguments")),
 			})
 		}
-	case "response.completed", "response.incomplete", "response.failed", "response.cancelled":
-		readResponseObject(&t.resp, response, &t.text, !t.sawDelta)
-		t.done = true
 	case "error":
 		t.resp.ErrorMessage = clone(str(message))
 		t.resp.FinishReason = "error"

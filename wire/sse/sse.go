@@ -60,6 +60,24 @@ func (s *Splitter) Pending() []byte { return s.held }
 // Reset drops what is held.
 func (s *Splitter) Reset() { s.held = s.held[:0] }
 
+// LastEventStart returns where the last event of b begins when b ends with
+// a whole event, \n-framed, after at least one other event's end; else 0.
+// Bytes before it end events (or an event held from earlier), so b can be
+// fed in two pieces at that point with the same events read. The front end
+// cuts a read there to relay what precedes a stream's terminal event before
+// it settles the call. Line ends other than \n give 0: no cut, never a
+// wrong one.
+func LastEventStart(b []byte) int {
+	n := len(b)
+	if n < 4 || b[n-1] != '\n' || b[n-2] != '\n' {
+		return 0
+	}
+	if i := bytes.LastIndex(b[:n-2], []byte("\n\n")); i >= 0 {
+		return i + 2
+	}
+	return 0
+}
+
 // eventEnd returns the index just past the blank line ending the first event
 // in b, or -1. Line ends may be \n, \r\n or \r.
 func eventEnd(b []byte) int {

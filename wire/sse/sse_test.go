@@ -2,6 +2,7 @@ package sse
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -77,6 +78,54 @@ func FuzzSplitter(f *testing.F) {
 		parts.Write(s2.Pending())
 		if !bytes.Equal(whole.Bytes(), stream) || !bytes.Equal(parts.Bytes(), stream) {
 			t.Fatalf("bytes lost or reordered")
+		}
+	})
+}
+
+func TestLastEventStart(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in   string
+		want int
+	}{
+		{"data: a\n\ndata: [DONE]\n\n", 9},
+		{"event: a\ndata: {}\n\nevent: b\ndata: {}\n\nevent: c\ndata: {}\n\n", 38},
+		{"data: [DONE]\n\n", 0},             // one event: nothing before it
+		{"data: a\n\ndata: [DO", 0},          // ends mid-event
+		{"data: a\r\n\r\ndata: b\r\n\r\n", 0}, // not \n-framed: no cut
+		{"", 0},
+	} {
+		if got := LastEventStart([]byte(tc.in)); got != tc.want {
+			t.Errorf("%q: %d, want %d", tc.in, got, tc.want)
+		}
+	}
+}
+
+// Cut at LastEventStart, a read gives the same events, and its last whole
+// event completes in the second piece: the first never reads it.
+func FuzzLastEventStart(f *testing.F) {
+	f.Add([]byte("data: a\n\ndata: b\n\n"))
+	f.Add([]byte("x\r\r\n\ndata: b\n\n"))
+	f.Add([]byte("event: x\ndata: {}\n\n\n\n"))
+	f.Fuzz(func(t *testing.T, stream []byte) {
+		c := LastEventStart(stream)
+		if c == 0 {
+			return
+		}
+		if c < 0 || c >= len(stream) {
+			t.Fatalf("cut %d outside 1..%d", c, len(stream)-1)
+		}
+		var whole, parts bytes.Buffer
+		var s1, s2 Splitter
+		s1.Feed(stream, func(ev []byte) { whole.WriteString(fmt.Sprintf("%q|", ev)) })
+		s2.Feed(stream[:c], func(ev []byte) { parts.WriteString(fmt.Sprintf("%q|", ev)) })
+		before := parts.Len()
+		s2.Feed(stream[c:], func(ev []byte) { parts.WriteString(fmt.Sprintf("%q|", ev)) })
+		if whole.String() != parts.String() {
+			t.Fatalf("events differ: %s vs %s", whole.String(), parts.String())
+		}
+		if parts.Len() == before {
+			t.Fatalf("the read's last whole event was completed by the first piece")
 		}
 	})
 }
