@@ -74,7 +74,8 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Opt
 		Data:   registryData(cfg),
 		Logger: log,
 		// Each decision's count and evaluation time, and a debug line.
-		DecisionLog: telemetry.NewObserver(metrics, nil, log).PolicyDecision,
+		DecisionLog:       telemetry.NewObserver(metrics, nil, log).PolicyDecision,
+		DecisionSummaries: log.Enabled(ctx, slog.LevelDebug),
 	})
 	if err != nil {
 		cancel()

@@ -25,6 +25,9 @@ type Options struct {
 	// DecisionLog, when set, is called synchronously after every decision;
 	// it must be quick and must not block.
 	DecisionLog func(Decision)
+	// DecisionSummaries renders each decision's Summary for DecisionLog
+	// (the debug log line); off, a decision carries its Verdict only.
+	DecisionSummaries bool
 }
 
 // Engine answers the policy questions. It is safe for concurrent use; the

@@ -416,30 +416,38 @@ deny contains "x" if http.send({"method": "GET", "url": "http://127.0.0.1:1"}).s
 
 func TestDecisionLog(t *testing.T) {
 	t.Parallel()
-	var got []Decision
-	e := newEngine(t, Options{Data: registry, DecisionLog: func(d Decision) { got = append(got, d) }})
-	in := ToolInput{RunInput: RunInput{Run: RunInfo{ID: "r-1"}}, Tool: ToolInfo{Server: "fs", Name: "delete_file", Arguments: []byte(`{"path": "/secret"}`)}}
-	if _, err := e.Tool(context.Background(), in); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.Model(context.Background(), ModelInput{RunInput: RunInput{Run: RunInfo{ID: "r-1"}}, Model: ModelInfo{Name: "m"}}); err != nil {
-		t.Fatal(err)
-	}
-	if len(got) != 2 {
-		t.Fatalf("got %d decisions", len(got))
-	}
-	d := got[0]
-	if d.Package != "haltline.tool" || d.RunID != "r-1" || d.Subject != "fs/delete_file" || d.Version != 1 {
-		t.Fatalf("decision = %+v", d)
-	}
-	if !strings.HasPrefix(d.Fingerprint, "sha256:") || strings.Contains(d.Fingerprint+d.Summary, "secret") {
-		t.Fatalf("arguments must appear only hashed: %+v", d)
-	}
-	if !strings.Contains(d.Summary, "approval=true") {
-		t.Fatalf("summary = %q", d.Summary)
-	}
-	if !got[1].Constant || got[1].Package != "haltline.model" {
-		t.Fatalf("model decision = %+v", got[1])
+	for _, summaries := range []bool{true, false} {
+		var got []Decision
+		e := newEngine(t, Options{Data: registry, DecisionSummaries: summaries, DecisionLog: func(d Decision) { got = append(got, d) }})
+		in := ToolInput{RunInput: RunInput{Run: RunInfo{ID: "r-1"}}, Tool: ToolInfo{Server: "fs", Name: "delete_file", Arguments: []byte(`{"path": "/secret"}`)}}
+		if _, err := e.Tool(context.Background(), in); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.Model(context.Background(), ModelInput{RunInput: RunInput{Run: RunInfo{ID: "r-1"}}, Model: ModelInfo{Name: "m"}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.Budget(context.Background(), RunInput{Run: RunInfo{ID: "r-1"}}); err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 3 {
+			t.Fatalf("got %d decisions", len(got))
+		}
+		d := got[0]
+		if d.Package != "haltline.tool" || d.RunID != "r-1" || d.Subject != "fs/delete_file" || d.Version != 1 {
+			t.Fatalf("decision = %+v", d)
+		}
+		if !strings.HasPrefix(d.Fingerprint, "sha256:") || strings.Contains(d.Fingerprint+d.Summary, "secret") {
+			t.Fatalf("arguments must appear only hashed: %+v", d)
+		}
+		if d.Verdict != "allow" || got[1].Verdict != "allow" || got[2].Verdict != "" {
+			t.Fatalf("verdicts %q %q %q, want allow, allow and none for an answer", d.Verdict, got[1].Verdict, got[2].Verdict)
+		}
+		if summaries != strings.Contains(d.Summary, "approval=true") || summaries != (got[2].Summary != "") {
+			t.Fatalf("summaries %v: %q, %q", summaries, d.Summary, got[2].Summary)
+		}
+		if !got[1].Constant || got[1].Package != "haltline.model" {
+			t.Fatalf("model decision = %+v", got[1])
+		}
 	}
 }
 

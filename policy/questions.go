@@ -32,7 +32,7 @@ func (e *Engine) Budget(ctx context.Context, in RunInput) (Limits, error) {
 		l.ToolQuotas = cloneMap(l.ToolQuotas)
 	}
 	if e.opts.DecisionLog != nil {
-		e.logDecisionFrom(s, start, qBudget, in, "", "", o, err, func() string {
+		e.logDecisionFrom(s, start, qBudget, in, "", "", "", o, err, func() string {
 			return fmt.Sprintf("max_steps=%d deadline_ms=%d max_tokens=%d max_cost_usd=%g", l.MaxSteps, l.DeadlineMs, l.MaxTokens, l.MaxCostUSD)
 		})
 	}
@@ -54,7 +54,7 @@ func (e *Engine) Model(ctx context.Context, in ModelInput) (ModelDecision, error
 		d.Deny, d.Allowed = slices.Clone(d.Deny), slices.Clone(d.Allowed)
 	}
 	if e.opts.DecisionLog != nil {
-		e.logDecisionFrom(s, start, qModel, in.RunInput, in.Model.Name, "", o, err, func() string {
+		e.logDecisionFrom(s, start, qModel, in.RunInput, in.Model.Name, "", verdict(len(d.Deny) == 0), o, err, func() string {
 			if len(d.Deny) > 0 {
 				return "deny: " + strings.Join(d.Deny, "; ")
 			}
@@ -80,7 +80,7 @@ func (e *Engine) Tool(ctx context.Context, in ToolInput) (ToolDecision, error) {
 		if in.Tool.Server != "" {
 			subject = in.Tool.Server + "/" + in.Tool.Name
 		}
-		e.logDecisionFrom(s, start, qTool, in.RunInput, subject, argsFingerprint(in.Tool), o, err, func() string {
+		e.logDecisionFrom(s, start, qTool, in.RunInput, subject, argsFingerprint(in.Tool), verdict(d.Allow), o, err, func() string {
 			verdict := "deny"
 			if d.Allow {
 				verdict = "allow"
@@ -106,7 +106,7 @@ func (e *Engine) Loop(ctx context.Context, in RunInput) (LoopThresholds, error) 
 		t.VolatileKeys = slices.Clone(t.VolatileKeys)
 	}
 	if e.opts.DecisionLog != nil {
-		e.logDecisionFrom(s, start, qLoop, in, "", "", o, err, func() string {
+		e.logDecisionFrom(s, start, qLoop, in, "", "", "", o, err, func() string {
 			return fmt.Sprintf("same_in_row=%d window=%d/%d cycle=%d stall=%d", t.SameInRow, t.Window, t.WindowRepeats, t.MaxCyclePeriod, t.StallSteps)
 		})
 	}
@@ -128,7 +128,7 @@ func (e *Engine) Termination(ctx context.Context, in RunInput) (TerminationAnswe
 		a.Enforcement = cloneMap(a.Enforcement)
 	}
 	if e.opts.DecisionLog != nil {
-		e.logDecisionFrom(s, start, qTermination, in, "", "", o, err, func() string {
+		e.logDecisionFrom(s, start, qTermination, in, "", "", "", o, err, func() string {
 			return fmt.Sprintf("mode=%s enforcement=%v", a.Mode, a.Enforcement)
 		})
 	}
@@ -200,7 +200,18 @@ func ask[T any](ctx context.Context, s *set, id questionID, in *RunInput, m *Mod
 	return a, evaluated, nil
 }
 
-func (e *Engine) logDecisionFrom(s *set, start time.Time, id questionID, in RunInput, subject, fp string, o origin, err error, summary func() string) {
+// verdict is a model or tool decision's Verdict.
+func verdict(allow bool) string {
+	if allow {
+		return "allow"
+	}
+	return "deny"
+}
+
+// logDecisionFrom hands the decision to the log. The summary is rendered
+// only when asked for (Options.DecisionSummaries): a Sprintf per question,
+// several a call, for a debug line that is off by default.
+func (e *Engine) logDecisionFrom(s *set, start time.Time, id questionID, in RunInput, subject, fp, verdict string, o origin, err error, summary func() string) {
 	d := Decision{
 		Package:     packages[id],
 		RunID:       in.Run.ID,
@@ -208,16 +219,18 @@ func (e *Engine) logDecisionFrom(s *set, start time.Time, id questionID, in RunI
 		Team:        in.Principal.Team,
 		Subject:     subject,
 		Fingerprint: fp,
+		Verdict:     verdict,
 		Err:         err,
 		Constant:    o == constant,
 		Cached:      o == cached,
 		Duration:    time.Since(start),
 		Version:     s.version,
 	}
-	if err == nil {
+	switch {
+	case err != nil:
+		d.Summary, d.Verdict = "error", ""
+	case e.opts.DecisionSummaries:
 		d.Summary = summary()
-	} else {
-		d.Summary = "error"
 	}
 	e.opts.DecisionLog(d)
 }

@@ -62,7 +62,7 @@ func (e *Engine) Recording(ctx context.Context, in RunInput) (RecordingAnswer, e
 		return decodeRecording(v)
 	})
 	if e.opts.DecisionLog != nil {
-		e.logDecisionFrom(s, start, qRecording, in, "", "", o, err, func() string {
+		e.logDecisionFrom(s, start, qRecording, in, "", "", "", o, err, func() string {
 			return fmt.Sprintf("enabled=%t sample=%g content=%t", a.Enabled, a.Sample, a.Content)
 		})
 	}

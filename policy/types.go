@@ -237,7 +237,11 @@ type Decision struct {
 	Subject string
 	// Fingerprint is the tool arguments' fingerprint (or a hash of them).
 	Fingerprint string
-	// Summary is a short rendering of the answer, e.g. "allow level=L1".
+	// Verdict is "allow" or "deny" for the model and tool questions; empty
+	// for answers (budgets, thresholds, termination modes) and errors.
+	Verdict string
+	// Summary is a short rendering of the answer, e.g. "allow level=L1",
+	// or "error"; empty unless Options.DecisionSummaries is set.
 	Summary string
 	// Err is the evaluation error, if any; the caller refuses the call.
 	Err error

@@ -158,7 +158,7 @@ func tokens(t *testing.T, line []byte) []any {
 func BenchmarkPolicyDecision(b *testing.B) {
 	o := NewObserver(New(prometheus.NewRegistry()), nil, slog.New(NewJSONHandler(io.Discard, nil)))
 	d := policy.Decision{Package: "haltline.model", RunID: "r-abcdef0123", Subject: "gpt-4o-mini",
-		Summary: "allow", Duration: 3 * time.Microsecond}
+		Verdict: "allow", Duration: 3 * time.Microsecond}
 	b.ReportAllocs()
 	for b.Loop() {
 		o.PolicyDecision(d)

@@ -2,7 +2,6 @@ package telemetry
 
 import (
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -181,21 +180,19 @@ func (m *Metrics) LoopDetection(detector, mode string) {
 // PolicyDecision counts a decision and observes its evaluation time.
 // summary is the policy engine's rendering ("allow …", "deny: …"); only
 // its verdict becomes a label, so deny messages never multiply series.
-func (m *Metrics) PolicyDecision(pkg, summary string, failed bool, d time.Duration) {
-	m.Decisions.WithLabelValues(pkg, decisionResult(summary, failed)).Inc()
+func (m *Metrics) PolicyDecision(pkg, verdict string, failed bool, d time.Duration) {
+	m.Decisions.WithLabelValues(pkg, decisionResult(verdict, failed)).Inc()
 	m.DecisionTime.WithLabelValues(pkg).Observe(d.Seconds())
 }
 
-func decisionResult(summary string, failed bool) string {
+func decisionResult(verdict string, failed bool) string {
 	switch {
 	case failed:
 		return "error"
-	case strings.HasPrefix(summary, "allow"):
-		return "allow"
-	case strings.HasPrefix(summary, "deny"):
-		return "deny"
+	case verdict == "":
+		return "answer" // budgets, thresholds, termination modes: answers, not verdicts
 	}
-	return "answer" // budgets, thresholds, termination modes: answers, not verdicts
+	return verdict
 }
 
 // Compression counts a context rewrite; before and after are estimated

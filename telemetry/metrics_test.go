@@ -56,8 +56,8 @@ func TestObserverMetricValues(t *testing.T) {
 	o.Reservation("wrap_up")
 	o.LoopDetection("same_in_row", "enforce")
 	o.Compression("openai.chat", 10000, 4000)
-	o.PolicyDecision(policy.Decision{Package: "haltline.model", Summary: "allow max_output_tokens=0", Duration: 30 * time.Microsecond})
-	o.PolicyDecision(policy.Decision{Package: "haltline.tool", Summary: "deny approval=false level=L2 reason=\"x\"", Duration: time.Microsecond})
+	o.PolicyDecision(policy.Decision{Package: "haltline.model", Verdict: "allow", Summary: "allow max_output_tokens=0", Duration: 30 * time.Microsecond})
+	o.PolicyDecision(policy.Decision{Package: "haltline.tool", Verdict: "deny", Summary: "deny approval=false level=L2 reason=\"x\"", Duration: time.Microsecond})
 	o.PolicyDecision(policy.Decision{Package: "haltline.budget", Summary: "max_steps=100", Duration: time.Microsecond})
 	o.PolicyDecision(policy.Decision{Package: "haltline.tool", Err: errors.New("boom"), Summary: "error"})
 
@@ -137,7 +137,7 @@ func TestMetricNamesLint(t *testing.T) {
 	o.Reservation("ok")
 	o.LoopDetection("window", "shadow")
 	o.Compression("openai.chat", 10, 5)
-	o.PolicyDecision(policy.Decision{Package: "haltline.model", Summary: "allow"})
+	o.PolicyDecision(policy.Decision{Package: "haltline.model", Verdict: "allow"})
 	problems, err := testutil.GatherAndLint(reg)
 	if err != nil {
 		t.Fatal(err)

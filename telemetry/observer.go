@@ -116,7 +116,7 @@ func (o *Observer) Compression(api string, before, after int64) { o.m.Compressio
 // PolicyDecision is policy.Options.DecisionLog: the decision's metrics and
 // a debug line (arguments only as their fingerprint).
 func (o *Observer) PolicyDecision(d policy.Decision) {
-	o.m.PolicyDecision(d.Package, d.Summary, d.Err != nil, d.Duration)
+	o.m.PolicyDecision(d.Package, d.Verdict, d.Err != nil, d.Duration)
 	if d.Err != nil {
 		o.log.Error(MsgPolicyFailed, KeyPackage, d.Package, KeyRunID, d.RunID, KeyError, d.Err)
 		return
