@@ -90,8 +90,8 @@ func TestLastEventStart(t *testing.T) {
 	}{
 		{"data: a\n\ndata: [DONE]\n\n", 9},
 		{"event: a\ndata: {}\n\nevent: b\ndata: {}\n\nevent: c\ndata: {}\n\n", 38},
-		{"data: [DONE]\n\n", 0},             // one event: nothing before it
-		{"data: a\n\ndata: [DO", 0},          // ends mid-event
+		{"data: [DONE]\n\n", 0},               // one event: nothing before it
+		{"data: a\n\ndata: [DO", 0},           // ends mid-event
 		{"data: a\r\n\r\ndata: b\r\n\r\n", 0}, // not \n-framed: no cut
 		{"", 0},
 	} {
