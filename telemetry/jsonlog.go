@@ -89,38 +89,74 @@ func (h *jsonHandler) WithGroup(name string) slog.Handler {
 var linePool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
 
 func (h *jsonHandler) Handle(ctx context.Context, r slog.Record) error {
-	if !h.fast {
-		return h.slow.Handle(ctx, r)
-	}
-	bp := linePool.Get().(*[]byte)
-	defer linePool.Put(bp)
-	b := append((*bp)[:0], '{')
-	if !r.Time.IsZero() {
-		if y := r.Time.Year(); y < 0 || y >= 10000 {
-			return h.slow.Handle(ctx, r)
+	if h.fast {
+		if bp, b, ok := h.open(r.Time, r.Level, r.Message); ok {
+			r.Attrs(func(a slog.Attr) bool {
+				b, ok = appendAttr(b, a)
+				return ok
+			})
+			if done, err := h.close(bp, b, ok); done {
+				return err
+			}
 		}
+	}
+	return h.slow.Handle(ctx, r)
+}
+
+// handleAttrs is Handle of a record of attrs, without the slog.Record: a
+// record copies the attributes past its fifth into a slice of its own, an
+// allocation per call line.
+func (h *jsonHandler) handleAttrs(t time.Time, level slog.Level, msg string, attrs []slog.Attr) error {
+	if h.fast {
+		if bp, b, ok := h.open(t, level, msg); ok {
+			for _, a := range attrs {
+				if b, ok = appendAttr(b, a); !ok {
+					break
+				}
+			}
+			if done, err := h.close(bp, b, ok); done {
+				return err
+			}
+		}
+	}
+	r := slog.NewRecord(t, level, msg, 0)
+	r.AddAttrs(attrs...)
+	return h.slow.Handle(context.Background(), r)
+}
+
+// open starts a line of the fast path in a pooled buffer; ok is false
+// when the fast path cannot write it.
+func (h *jsonHandler) open(t time.Time, level slog.Level, msg string) (bp *[]byte, b []byte, ok bool) {
+	if y := t.Year(); !t.IsZero() && (y < 0 || y >= 10000) {
+		return nil, nil, false
+	}
+	bp = linePool.Get().(*[]byte)
+	b = append((*bp)[:0], '{')
+	if !t.IsZero() {
 		b = append(b, `"time":"`...)
-		b = r.Time.AppendFormat(b, time.RFC3339Nano)
+		b = t.AppendFormat(b, time.RFC3339Nano)
 		b = append(b, `",`...)
 	}
 	b = append(b, `"level":"`...)
-	b = append(b, r.Level.String()...)
+	b = append(b, level.String()...)
 	b = append(b, `","msg":"`...)
-	b = jsonscan.AppendEscaped(b, r.Message, false)
+	b = jsonscan.AppendEscaped(b, msg, false)
 	b = append(b, '"')
-	b = append(b, h.pre...)
-	ok := true
-	r.Attrs(func(a slog.Attr) bool {
-		b, ok = appendAttr(b, a)
-		return ok
-	})
+	return bp, append(b, h.pre...), true
+}
+
+// close writes the line opened in bp when every attribute was written
+// (ok), and returns the buffer to its pool; done is false when slog's
+// handler must write the record instead.
+func (h *jsonHandler) close(bp *[]byte, b []byte, ok bool) (done bool, err error) {
+	defer linePool.Put(bp)
 	if !ok {
-		return h.slow.Handle(ctx, r)
+		return false, nil
 	}
 	b = append(b, "}\n"...)
 	*bp = b
-	_, err := h.out.Write(b)
-	return err
+	_, err = h.out.Write(b)
+	return true, err
 }
 
 // appendAttr writes ,"key":value for the kinds the fast path knows; ok is

@@ -69,6 +69,14 @@ func TestJSONHandlerWritesWhatSlogWrites(t *testing.T) {
 			if got.String() != want.String() {
 				t.Errorf("case %d (with %v):\n got %s\nwant %s", i, with != nil, got.String(), want.String())
 			}
+			// The call lines' way in (no slog.Record) writes the same.
+			got.Reset()
+			if err := gh.(*jsonHandler).handleAttrs(at, slog.LevelWarn, "model call \"x\"", attrs); err != nil {
+				t.Fatal(err)
+			}
+			if got.String() != want.String() {
+				t.Errorf("case %d (with %v), handleAttrs:\n got %s\nwant %s", i, with != nil, got.String(), want.String())
+			}
 		}
 	}
 }
@@ -99,15 +107,21 @@ func BenchmarkCallLine(b *testing.B) {
 		slog.Float64(KeyUpstreamMs, 1.111), slog.Float64(KeyFirstByteMs, 1.111),
 		slog.String(KeyFinishReason, "tool_calls"), slog.Int(KeyToolCalls, 1), slog.Bool(KeyWrapUp, false),
 	}
+	logAttrs := func(l *slog.Logger) { l.LogAttrs(context.Background(), slog.LevelInfo, MsgModelCall, attrs...) }
 	for _, bc := range []struct {
 		name string
 		h    slog.Handler
-	}{{"haltline", NewJSONHandler(io.Discard, nil)}, {"slog", slog.NewJSONHandler(io.Discard, nil)}} {
+		log  func(*slog.Logger)
+	}{
+		{"haltline", NewJSONHandler(io.Discard, nil), func(l *slog.Logger) { logLine(l, MsgModelCall, attrs) }},
+		{"haltline/LogAttrs", NewJSONHandler(io.Discard, nil), logAttrs},
+		{"slog", slog.NewJSONHandler(io.Discard, nil), logAttrs},
+	} {
 		b.Run(bc.name, func(b *testing.B) {
 			l := slog.New(bc.h)
 			b.ReportAllocs()
 			for b.Loop() {
-				l.LogAttrs(context.Background(), slog.LevelInfo, MsgModelCall, attrs...)
+				bc.log(l)
 			}
 		})
 	}
