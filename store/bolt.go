@@ -319,7 +319,7 @@ func (s *Bolt) checkpoint() error {
 		s.ovMu.Lock()
 		s.frozen = append(s.frozen, s.active)
 		s.sealed = append(s.sealed, s.seg)
-		s.active = newOverlay()
+		s.active = s.active.next()
 		s.ovMu.Unlock()
 		s.seg, s.dirty = next, false
 		s.walMu.Unlock()

@@ -15,6 +15,17 @@ type overlay struct {
 
 func newOverlay() *overlay { return &overlay{buckets: map[Bucket]map[string][]byte{}} }
 
+// next returns an empty overlay whose buckets are sized for as many keys
+// as o holds: the next checkpoint period takes about as many, and a map
+// growing from empty rehashes every key several times on the call path.
+func (o *overlay) next() *overlay {
+	n := &overlay{buckets: make(map[Bucket]map[string][]byte, len(o.buckets))}
+	for b, m := range o.buckets {
+		n.buckets[b] = make(map[string][]byte, len(m))
+	}
+	return n
+}
+
 func (o *overlay) apply(batches [][]Op) {
 	for _, ops := range batches {
 		for _, op := range ops {
@@ -23,10 +34,9 @@ func (o *overlay) apply(batches [][]Op) {
 				m = map[string][]byte{}
 				o.buckets[op.Bucket] = m
 			}
-			if _, ok := m[string(op.Key)]; !ok {
-				o.ops++
-			}
+			n := len(m)
 			m[string(op.Key)] = op.Value
+			o.ops += len(m) - n // a new key, not a rewrite
 		}
 	}
 }
