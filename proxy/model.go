@@ -168,10 +168,9 @@ func (s *Server) relayBuffered(ctx *fasthttp.RequestCtx, t *pipeline.Turn, prov 
 // (SetBodyStreamWriter would add a goroutine and a pipe to every stream.)
 // When the tap reads the stream's terminal event, the call is settled
 // before those bytes go out: the agent's next request must find the run
-// up to date. What precedes that event in the same read goes out first, so
-// the settlement never holds back a chunk (a fast upstream's whole answer
-// often arrives in one read). The server calls Close once the stream ended
-// or the client went away.
+// up to date. A read is cut (see cut) so that neither the settlement nor
+// the reading of a burst holds back a chunk. The server calls Close once
+// the stream ended or the client went away.
 type streamBody struct {
 	up      io.ReadCloser
 	t       streamTurn
@@ -180,10 +179,11 @@ type streamBody struct {
 	buf     *[]byte
 	pending []byte // forwarded bytes not yet read by the server
 	tail    []byte // the tap's held bytes at the upstream's end
-	// unfed is the terminal event cut off the last read (in buf), with
-	// that read's error: fed once the bytes before it went out.
+	// unfed is the rest of a read that was cut (in buf), with that read's
+	// error: fed once the bytes before it went out.
 	unfed    []byte
 	unfedErr error
+	started  bool  // a read was cut for the stream's first event
 	ended    bool  // the upstream ended (EOF or error)
 	err      error // the upstream's error, when not EOF
 }
@@ -216,9 +216,9 @@ func (b *streamBody) feed() []byte {
 	if chunk == nil {
 		n, rerr := b.up.Read(*b.buf)
 		chunk, err = (*b.buf)[:n], rerr
-		if i := sse.LastEventStart(chunk); i > 0 && b.t.Terminal(chunk[i:]) {
-			chunk, b.unfed, b.unfedErr, err = chunk[:i], chunk[i:], err, nil
-		}
+	}
+	if i := b.cut(chunk); i > 0 {
+		chunk, b.unfed, b.unfedErr, err = chunk[:i], chunk[i:], err, nil
 	}
 	var fwd []byte
 	if len(chunk) > 0 {
@@ -237,6 +237,25 @@ func (b *streamBody) feed() []byte {
 		return b.tail
 	}
 	return fwd
+}
+
+// cut returns where to split a read so that its first part goes out
+// before the rest is read through the tap, or 0: after the stream's first
+// event, whose bytes then reach the client without waiting for the burst
+// behind it (a fast upstream's whole answer often arrives in one read),
+// and before the stream's terminal event, which waits for the settlement.
+// Each costs one more write, once per stream.
+func (b *streamBody) cut(chunk []byte) int {
+	if !b.started && len(chunk) > 0 {
+		b.started = true
+		if i := sse.FirstEventEnd(chunk); i > 0 && i < len(chunk) {
+			return i
+		}
+	}
+	if i := sse.LastEventStart(chunk); i > 0 && b.t.Terminal(chunk[i:]) {
+		return i
+	}
+	return 0
 }
 
 func (b *streamBody) Close() error {

@@ -11,12 +11,13 @@ import (
 	"github.com/haltline/haltline/wire"
 	"github.com/haltline/haltline/wire/anthropic"
 	"github.com/haltline/haltline/wire/openai"
+	"github.com/haltline/haltline/wire/sse"
 )
 
-// A fast upstream's whole stream arrives in one read: what precedes the
-// terminal event goes to the client at once, and only the terminal event
-// waits for the call to be settled.
-func TestStreamBodySettlesBeforeTheTerminalEventOnly(t *testing.T) {
+// A fast upstream's whole stream arrives in one read: its first event goes
+// to the client alone, at once, what follows up to the terminal event next,
+// and only the terminal event waits for the call to be settled.
+func TestStreamBodyCutsAReadForTheFirstAndTerminalEvents(t *testing.T) {
 	t.Parallel()
 	fixture := func(name string) string {
 		b, err := os.ReadFile(name)
@@ -37,9 +38,10 @@ func TestStreamBodySettlesBeforeTheTerminalEventOnly(t *testing.T) {
 		{"openai chat", openai.Chat{}.NewStreamTap(&wire.Request{Stream: true, IncludeUsage: true}), chat, "data: [DONE]\n\n"},
 		{"anthropic", anthropic.Messages{}.NewStreamTap(nil), messages, messages[strings.LastIndex(messages, "event: message_stop"):]},
 		{"only the terminal event", openai.Chat{}.NewStreamTap(&wire.Request{Stream: true, IncludeUsage: true}), "data: [DONE]\n\n", "data: [DONE]\n\n"},
-		// \r\n framing is never cut: the whole read waits, as before.
+		// Before a terminal event, only \n framing is cut: with \r\n, what
+		// follows the first event waits with it.
 		{"crlf", openai.Chat{}.NewStreamTap(&wire.Request{Stream: true, IncludeUsage: true}),
-			"data: {\"choices\":[]}\r\n\r\ndata: [DONE]\r\n\r\n", "data: {\"choices\":[]}\r\n\r\ndata: [DONE]\r\n\r\n"},
+			"data: {\"choices\":[]}\r\n\r\ndata: {\"choices\":[]}\r\n\r\ndata: [DONE]\r\n\r\n", "data: {\"choices\":[]}\r\n\r\ndata: [DONE]\r\n\r\n"},
 	} {
 		t.Run(tc.desc, func(t *testing.T) {
 			t.Parallel()
@@ -56,8 +58,12 @@ func TestStreamBodySettlesBeforeTheTerminalEventOnly(t *testing.T) {
 				done: func() {},
 			}
 			p := make([]byte, 64<<10)
+			first := -1
 			for {
 				n, err := b.Read(p)
+				if first < 0 {
+					first = n
+				}
 				got.Write(p[:n])
 				if err == io.EOF {
 					break
@@ -71,6 +77,9 @@ func TestStreamBodySettlesBeforeTheTerminalEventOnly(t *testing.T) {
 			}
 			if want := len(tc.stream) - len(tc.terminal); settledAt != want {
 				t.Fatalf("settled after %d bytes went out, want %d (all but the terminal event)", settledAt, want)
+			}
+			if want := sse.FirstEventEnd([]byte(tc.stream)); first != want {
+				t.Fatalf("first write %d bytes, want the first event's %d", first, want)
 			}
 		})
 	}

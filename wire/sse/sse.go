@@ -60,6 +60,10 @@ func (s *Splitter) Pending() []byte { return s.held }
 // Reset drops what is held.
 func (s *Splitter) Reset() { s.held = s.held[:0] }
 
+// FirstEventEnd returns the index just past the first whole event of b
+// (b read from an event's start), or -1.
+func FirstEventEnd(b []byte) int { return eventEnd(b) }
+
 // LastEventStart returns where the last event of b begins when b ends with
 // a whole event, \n-framed, after at least one other event's end; else 0.
 // Bytes before it end events (or an event held from earlier), so b can be
