@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -13,14 +15,17 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// fastUpstream is a provider's client for calls answered whole (no stream):
-// fasthttp writes the request and reads the answer in the handler's own
-// goroutine, where net/http hands each call to two more. fasthttp knows
-// no context, so the transport below ties each attempt to its call's
-// context itself: a cancelled run or a client hang-up cuts the upstream
-// connection at once, as net/http would.
+// fastUpstream is a provider's client: fasthttp writes the request and
+// reads the answer in the handler's own goroutine, where net/http hands
+// each call to two more. fasthttp knows no context, so the transport below
+// ties each attempt to its call's context itself: a cancelled run or a
+// client hang-up cuts the upstream connection at once, as net/http would.
 type fastUpstream struct {
-	hc *fasthttp.HostClient
+	hc *fasthttp.HostClient // calls answered whole
+	// streams serves calls that asked for a stream: each holds its
+	// connection for the stream's life, so it has a pool of its own, larger,
+	// that long streams cannot take from the calls answered whole.
+	streams *fasthttp.HostClient
 }
 
 // newFastUpstream builds the client of the provider at baseURL; nil when
@@ -30,11 +35,15 @@ func newFastUpstream(baseURL string, maxResponse int64) *fastUpstream {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
 		return nil
 	}
+	return &fastUpstream{hc: newHostClient(u, maxUpstreamConns, maxResponse), streams: newHostClient(u, maxUpstreamStreams, maxResponse)}
+}
+
+func newHostClient(u *url.URL, maxConns int, maxResponse int64) *fasthttp.HostClient {
 	addr := u.Host
 	if u.Port() == "" {
 		addr = net.JoinHostPort(u.Hostname(), map[string]string{"http": "80", "https": "443"}[u.Scheme])
 	}
-	hc := &fasthttp.HostClient{
+	return &fasthttp.HostClient{
 		Addr:      addr,
 		IsTLS:     u.Scheme == "https",
 		TLSConfig: &tls.Config{ServerName: u.Hostname(), MinVersion: tls.VersionTLS12},
@@ -50,7 +59,7 @@ func newFastUpstream(baseURL string, maxResponse int64) *fastUpstream {
 		// to come back (in order) instead of dialing: a burst of thousands
 		// of calls must not become thousands of connects, which a loaded
 		// provider's accept queue drops.
-		MaxConns:           maxUpstreamConns,
+		MaxConns:           maxConns,
 		MaxConnWaitTimeout: 10 * time.Minute, // within the call's own deadline
 		// Shorter than the providers' keep-alive, so that a pooled
 		// connection is rarely one the far end already closed.
@@ -67,43 +76,64 @@ func newFastUpstream(baseURL string, maxResponse int64) *fastUpstream {
 			return false, attempts < 3 && errors.Is(err, errStaleConn)
 		},
 	}
-	return &fastUpstream{hc: hc}
 }
 
 // do sends req and reads the whole answer into resp, within ctx and the
 // deadline (zero: none).
 func (f *fastUpstream) do(ctx context.Context, deadline time.Time, req *fasthttp.Request, resp *fasthttp.Response) error {
-	req.SetUserValue(callKey{}, &call{ctx: ctx, deadline: deadline})
-	err := f.hc.Do(req, resp)
+	_, err := f.send(f.hc, &call{ctx: ctx, deadline: deadline}, req, resp)
+	return err
+}
+
+// doStream sends req and reads the answer's headers into resp; its body is
+// read from the returned stream, which holds the connection (and keeps ctx
+// and the deadline bounding it) until it is closed. The caller closes it
+// before it releases or reuses resp.
+func (f *fastUpstream) doStream(ctx context.Context, deadline time.Time, req *fasthttp.Request, resp *fasthttp.Response) (*fastStream, error) {
+	resp.StreamBody = true
+	return f.send(f.streams, &call{ctx: ctx, deadline: deadline, stream: true}, req, resp)
+}
+
+func (f *fastUpstream) send(hc *fasthttp.HostClient, c *call, req *fasthttp.Request, resp *fasthttp.Response) (*fastStream, error) {
+	ctx, deadline := c.ctx, c.deadline
+	req.SetUserValue(callKey{}, c)
+	err := hc.Do(req, resp)
 	if err == nil {
-		return nil
+		return c.body, nil
 	}
 	if ctx.Err() != nil {
-		return ctx.Err() // cancelled: say so as net/http would
+		return nil, ctx.Err() // cancelled: say so as net/http would
 	}
 	if !deadline.IsZero() && !time.Now().Before(deadline) {
-		return context.DeadlineExceeded // as net/http says of a timed out call
+		return nil, context.DeadlineExceeded // as net/http says of a timed out call
 	}
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "dial" {
 		// A connect that timed out is not the call's timeout (a dial
 		// error says it is): worth another try.
-		return dialError{err}
+		return nil, dialError{err}
 	}
 	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
-		return errResponseTooLarge
+		return nil, errResponseTooLarge
 	}
-	return err
+	return nil, err
 }
 
 // maxUpstreamConns bounds the connections to one provider for calls
-// answered whole.
-const maxUpstreamConns = 1024
+// answered whole; maxUpstreamStreams those of streams, each held for a
+// stream's life (net/http, which served streams before, had no bound).
+const (
+	maxUpstreamConns   = 1024
+	maxUpstreamStreams = 16384
+)
 
-// call is what the transport needs of the call an attempt belongs to.
+// call is what the transport needs of the call an attempt belongs to, and
+// what it hands back of a streamed answer.
 type call struct {
 	ctx      context.Context
 	deadline time.Time
+	stream   bool        // the body is left to be read (resp.StreamBody)
+	body     *fastStream // the streamed body of the attempt
 }
 
 type callKey struct{}
@@ -151,6 +181,19 @@ func (ctxTransport) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, re
 	if err == nil {
 		br := hc.AcquireReader(conn)
 		err = resp.ReadLimitBody(br, hc.MaxResponseBodySize)
+		if err == nil && c.stream && resp.BodyStream() != nil {
+			// The body is read by the caller: the connection, its reader
+			// and the watch on ctx stay with it until it is closed.
+			c.body = &fastStream{r: resp.BodyStream(), br: br, resp: resp, stop: stop, watching: true,
+				release: func(reuse bool) {
+					if reuse {
+						hc.ReleaseConn(cc)
+					} else {
+						hc.CloseConn(cc)
+					}
+				}, freeReader: hc.ReleaseReader}
+			return false, nil
+		}
 		hc.ReleaseReader(br)
 	}
 	interrupted := !stop()
@@ -199,3 +242,65 @@ func markUsed(conn net.Conn) bool {
 type dialError struct{ err error }
 
 func (e dialError) Error() string { return e.err.Error() }
+
+// fastStream is a streamed answer's body, read from its connection. A Read
+// takes every whole HTTP chunk already received (fasthttp's own reader
+// returns one chunk per Read: an event per write to the client), and never
+// waits for more once it has bytes. Close hands the connection back to the
+// pool when the body was read to its end, and closes it otherwise.
+type fastStream struct {
+	r          io.Reader
+	br         *bufio.Reader
+	resp       *fasthttp.Response
+	stop       func() bool // ends the watch on the call's context
+	release    func(reuse bool)
+	freeReader func(*bufio.Reader)
+	watching   bool // the watch is on
+	cut        bool // the watch fired: the connection's deadline is past
+	eof        bool
+	closed     bool
+}
+
+// Settled ends the watch on the call's context: its settlement cancels
+// it, and the rest of the answer (the stream's last bytes) is still read,
+// bounded by the deadline, and the connection kept.
+func (s *fastStream) Settled() {
+	if s.watching {
+		s.watching = false
+		s.cut = !s.stop()
+	}
+}
+
+func (s *fastStream) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	// More only when it cannot block: at a chunk boundary, the next chunk's
+	// size line must be in the buffer already.
+	for err == nil && n < len(p) && s.br.Buffered() > 0 {
+		if head, _ := s.br.Peek(s.br.Buffered()); bytes.IndexByte(head, '\n') < 0 {
+			break
+		}
+		var m int
+		m, err = s.r.Read(p[n:])
+		n += m
+	}
+	if err == io.EOF {
+		s.eof = true
+	}
+	return n, err
+}
+
+func (s *fastStream) Close() error {
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	s.Settled()
+	// A connection is reused only after a body read to its framed end (an
+	// unframed one ends with the connection), and never once the watch set
+	// its deadline: it may still be doing so.
+	reuse := s.eof && !s.cut && !s.resp.ConnectionClose() && s.resp.Header.ContentLength() != -2
+	_ = s.resp.CloseBodyStream()
+	s.freeReader(s.br)
+	s.release(reuse)
+	return nil
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -220,4 +221,124 @@ func TestFastUpstreamOverTLS(t *testing.T) {
 			t.Fatalf("call %d: %s", i+1, resp.Body())
 		}
 	}
+}
+
+// A streamed answer is read event by event as the upstream flushes them: a
+// Read never waits for more once it has bytes (the upstream writes the
+// next event only once the client has the last). Read to its end, the
+// stream gives its connection back to the pool; closed early, it closes it.
+func TestFastUpstreamStreams(t *testing.T) {
+	acks := make(chan struct{})
+	var conns atomic.Int32
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i := range 3 {
+			fmt.Fprintf(w, "data: %d\n\n", i)
+			w.(http.Flusher).Flush()
+			select {
+			case <-acks:
+			case <-r.Context().Done():
+				return
+			case <-time.After(5 * time.Second):
+				return
+			}
+		}
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	up := newFastUpstream(srv.URL, 1<<20)
+	stream := func(ctx context.Context) (*fasthttp.Response, *fastStream) {
+		t.Helper()
+		req := fastRequest(srv.URL+"/v1/chat/completions", `{"stream":true}`)
+		defer fasthttp.ReleaseRequest(req)
+		resp := fasthttp.AcquireResponse()
+		body, err := up.doStream(ctx, time.Now().Add(10*time.Second), req, resp)
+		if err != nil || body == nil {
+			t.Fatalf("stream: %v", err)
+		}
+		if ct := string(resp.Header.ContentType()); ct != "text/event-stream" {
+			t.Fatalf("content type %q", ct)
+		}
+		return resp, body
+	}
+	buf := make([]byte, 1024)
+	for round := range 2 {
+		ctx, cancel := context.WithCancel(context.Background())
+		resp, body := stream(ctx)
+		for i := range 3 {
+			n, err := body.Read(buf)
+			if want := fmt.Sprintf("data: %d\n\n", i); err != nil || string(buf[:n]) != want {
+				t.Fatalf("round %d read %d: %q %v, want %q", round, i, buf[:n], err, want)
+			}
+			if i == 2 && round == 1 {
+				// Settled at its last event: the call's context ends, the
+				// answer's end is still read and the connection kept.
+				body.Settled()
+				cancel()
+			}
+			acks <- struct{}{}
+		}
+		if n, err := body.Read(buf); n != 0 || err != io.EOF {
+			t.Fatalf("after the last event: %d %v", n, err)
+		}
+		body.Close()
+		fasthttp.ReleaseResponse(resp)
+		cancel()
+	}
+	if n := conns.Load(); n != 1 {
+		t.Fatalf("two streams read to their end took %d connections, want 1", n)
+	}
+	// Closed after its first event (on the pooled connection): the
+	// connection goes, and the next stream dials anew.
+	resp, body := stream(context.Background())
+	if _, err := body.Read(buf); err != nil {
+		t.Fatal(err)
+	}
+	body.Close()
+	fasthttp.ReleaseResponse(resp)
+	resp, body = stream(context.Background())
+	body.Close()
+	fasthttp.ReleaseResponse(resp)
+	if n := conns.Load(); n != 2 {
+		t.Fatalf("%d connections, want 2 (a stream closed early is not reused)", n)
+	}
+}
+
+// Cancelling the call's context mid-stream fails the blocked read at once.
+func TestFastUpstreamStreamHonoursTheCallContext(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "data: 0\n\n")
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	}))
+	defer srv.Close()
+	up := newFastUpstream(srv.URL, 1<<20)
+	ctx, cancel := context.WithCancel(context.Background())
+	req := fastRequest(srv.URL+"/v1/chat/completions", `{}`)
+	resp := fasthttp.AcquireResponse()
+	body, err := up.doStream(ctx, time.Time{}, req, resp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64)
+	if _, err := body.Read(buf); err != nil {
+		t.Fatal(err)
+	}
+	time.AfterFunc(50*time.Millisecond, cancel)
+	start := time.Now()
+	if _, err := body.Read(buf); err == nil {
+		t.Fatal("read after cancel succeeded")
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("cancel took %v", d)
+	}
+	body.Close()
+	fasthttp.ReleaseResponse(resp)
 }

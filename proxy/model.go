@@ -74,63 +74,87 @@ func (s *Server) model(ctx *fasthttp.RequestCtx, codec wire.Codec, prov *config.
 	// with the agent's headers); a no-op when tracing is off.
 	s.p.Forwarding(t, func(k, v string) { h.Set(k, v) })
 	start := time.Now()
-	if up := s.fastFor(prov); up != nil && !t.Req.Stream {
+	up := s.fastFor(prov)
+	if up != nil && !t.Req.Stream {
 		s.relayBuffered(ctx, t, prov, up, start, received)
 		stopWatch()
 		return
 	}
-	resp, err := s.send(t.Ctx, ctx, t, prov)
+	var ans answer
+	var err error
+	if up != nil {
+		ans, err = s.sendStream(t.Ctx, ctx, t, prov, up)
+	} else {
+		ans, err = s.send(t.Ctx, ctx, t, prov)
+	}
 	wait := time.Since(start)
-	firstByte := wait // send returns once the response headers are in
+	firstByte := wait // the answer's headers are in
 	if err != nil {
 		stopWatch()
 		s.answerFinish(ctx, t, pipeline.Outcome{Err: err, UpstreamWait: wait}, received)
 		return
 	}
-	if resp.StatusCode < 200 || resp.StatusCode > 299 || !isEventStream(resp.Header) {
-		body, rerr := readBounded(resp.Body, s.o.Limits.MaxResponseBytes)
-		resp.Body.Close()
+	if ans.status < 200 || ans.status > 299 || !ans.eventStream {
+		body, rerr := readBounded(ans.body, s.o.Limits.MaxResponseBytes)
+		ans.body.Close()
 		stopWatch()
 		wait = time.Since(start)
 		if rerr != nil {
+			ans.free()
 			s.answerFinish(ctx, t, pipeline.Outcome{Err: rerr, UpstreamWait: wait}, received)
 			return
 		}
-		out := pipeline.Outcome{Status: resp.StatusCode, Body: body, UpstreamWait: wait, FirstByte: firstByte}
+		out := pipeline.Outcome{Status: ans.status, Body: body, UpstreamWait: wait, FirstByte: firstByte}
 		if a := s.p.Finish(bg, t, out); a != nil {
+			ans.free()
 			s.p.Headers(t, ctx.Response.Header.Set)
 			setOverhead(ctx, received, wait)
 			writeAnswer(ctx, a)
 			return
 		}
-		copyHeaders(&ctx.Response.Header, resp.Header)
+		ans.copyHeaders(&ctx.Response.Header)
+		ans.free()
 		s.p.Headers(t, ctx.Response.Header.Set)
 		setOverhead(ctx, received, wait)
-		ctx.SetStatusCode(resp.StatusCode)
+		ctx.SetStatusCode(ans.status)
 		ctx.SetBody(body)
 		return
 	}
 
 	// A stream: headers now, then every chunk as it arrives. Its overhead
 	// header covers the gateway's time up to the upstream's headers.
-	copyHeaders(&ctx.Response.Header, resp.Header)
+	ans.copyHeaders(&ctx.Response.Header)
 	s.p.Headers(t, ctx.Response.Header.Set)
 	setOverhead(ctx, received, firstByte)
-	ctx.SetStatusCode(resp.StatusCode)
+	ctx.SetStatusCode(ans.status)
 	streaming = true
 	ctx.Response.SetBodyStream(&streamBody{
-		up: resp.Body, t: t, buf: chunkPool.Get().(*[]byte),
+		up: ans.body, t: t, buf: chunkPool.Get().(*[]byte),
 		settle: func(out pipeline.Outcome) {
-			out.Status = resp.StatusCode
+			out.Status = ans.status
 			out.UpstreamWait = time.Since(start)
 			out.FirstByte = firstByte
 			s.p.Finish(context.WithoutCancel(t.Ctx), t, out)
 		},
 		done: func() {
+			ans.free()
 			stopWatch()
 			release()
 		},
 	}, -1)
+}
+
+// answer is an upstream's answer to a call that asked for a stream, with
+// its body open: from the provider's fasthttp client, or from net/http
+// (a caller's own client, an upstream fasthttp cannot dial).
+type answer struct {
+	status      int
+	eventStream bool
+	body        io.ReadCloser
+	// copyHeaders adds the relayed headers to the client's answer; free
+	// releases what holds them, once the body is closed.
+	copyHeaders func(*fasthttp.ResponseHeader)
+	free        func()
 }
 
 // relayBuffered forwards a call that asked for no stream and answers with
@@ -224,6 +248,9 @@ func (b *streamBody) feed() []byte {
 	if len(chunk) > 0 {
 		fwd = b.t.Feed(chunk)
 		if b.t.Done() {
+			if s, ok := b.up.(interface{ Settled() }); ok {
+				s.Settled() // the settlement cancels the turn: not the relay's last bytes
+			}
 			b.settle(pipeline.Outcome{Streamed: true})
 		}
 	}

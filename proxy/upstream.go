@@ -66,8 +66,18 @@ func upstreamURL(prov *config.Provider, in *fasthttp.RequestCtx) string {
 }
 
 // send forwards the turn's body upstream with net/http, for a call whose
-// answer may be a stream. A returned response has its body open.
-func (s *Server) send(ctx context.Context, in *fasthttp.RequestCtx, t *pipeline.Turn, prov *config.Provider) (*http.Response, error) {
+// answer may be a stream.
+func (s *Server) send(ctx context.Context, in *fasthttp.RequestCtx, t *pipeline.Turn, prov *config.Provider) (answer, error) {
+	resp, err := s.sendHTTP(ctx, in, t, prov)
+	if err != nil {
+		return answer{}, err
+	}
+	return answer{status: resp.StatusCode, eventStream: isEventStream(resp.Header), body: resp.Body,
+		copyHeaders: func(dst *fasthttp.ResponseHeader) { copyHeaders(dst, resp.Header) }, free: func() {}}, nil
+}
+
+// sendHTTP sends with net/http; a returned response has its body open.
+func (s *Server) sendHTTP(ctx context.Context, in *fasthttp.RequestCtx, t *pipeline.Turn, prov *config.Provider) (*http.Response, error) {
 	ctx, cancel := context.WithTimeout(ctx, t.Timeout)
 	deadline, _ := ctx.Deadline()
 	url := upstreamURL(prov, in)
@@ -98,8 +108,38 @@ func (s *Server) send(ctx context.Context, in *fasthttp.RequestCtx, t *pipeline.
 // no stream, with the provider's fasthttp client: the answer is read whole.
 // The caller releases the response.
 func (s *Server) sendBuffered(ctx context.Context, in *fasthttp.RequestCtx, t *pipeline.Turn, prov *config.Provider, up *fastUpstream) (*fasthttp.Response, error) {
-	// The timeout is the connection's deadline, not a context of its own
-	// (a timer and two registrations per call).
+	resp, _, err := s.sendFast(ctx, in, t, prov, func(deadline time.Time, req *fasthttp.Request, resp *fasthttp.Response) (*fastStream, error) {
+		return nil, up.do(ctx, deadline, req, resp)
+	})
+	return resp, err
+}
+
+// sendStream forwards the turn's body upstream for a call that asked for a
+// stream, with the provider's fasthttp client for streams: the answer's
+// body is read as it arrives.
+func (s *Server) sendStream(ctx context.Context, in *fasthttp.RequestCtx, t *pipeline.Turn, prov *config.Provider, up *fastUpstream) (answer, error) {
+	resp, body, err := s.sendFast(ctx, in, t, prov, func(deadline time.Time, req *fasthttp.Request, resp *fasthttp.Response) (*fastStream, error) {
+		return up.doStream(ctx, deadline, req, resp)
+	})
+	if err != nil {
+		return answer{}, err
+	}
+	return answer{status: resp.StatusCode(), eventStream: bytes.HasPrefix(resp.Header.ContentType(), []byte("text/event-stream")),
+		body: body, copyHeaders: func(dst *fasthttp.ResponseHeader) {
+			for k, v := range resp.Header.All() {
+				if !notRelayed(string(k)) {
+					dst.AddBytesKV(k, v)
+				}
+			}
+		}, free: func() { fasthttp.ReleaseResponse(resp) }}, nil
+}
+
+// sendFast makes the attempts of a call with a fasthttp client (do), the
+// call's timeout being the connection's deadline rather than a context of
+// its own (a timer and two registrations per call). A failed attempt's
+// streamed body is closed before the next.
+func (s *Server) sendFast(ctx context.Context, in *fasthttp.RequestCtx, t *pipeline.Turn, prov *config.Provider,
+	do func(deadline time.Time, req *fasthttp.Request, resp *fasthttp.Response) (*fastStream, error)) (*fasthttp.Response, *fastStream, error) {
 	deadline := time.Now().Add(t.Timeout)
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
@@ -110,17 +150,26 @@ func (s *Server) sendBuffered(ctx context.Context, in *fasthttp.RequestCtx, t *p
 	upstreamHeaders(&in.Request.Header, prov, s.isAnthropic(prov), req.Header.AddBytesKV)
 	req.SetBodyRaw(t.UpstreamBody)
 	resp := fasthttp.AcquireResponse()
+	var body *fastStream
 	err := withRetries(ctx, deadline, s.o.Retries, func() (int, func(string) string, error) {
-		if err := up.do(ctx, deadline, req, resp); err != nil {
+		var err error
+		if body, err = do(deadline, req, resp); err != nil {
 			return 0, nil, err
 		}
 		return resp.StatusCode(), func(k string) string { return string(resp.Header.Peek(k)) }, nil
-	}, func() {})
+	}, func() {
+		if body != nil {
+			body.Close()
+		}
+	})
 	if err != nil {
+		if body != nil {
+			body.Close()
+		}
 		fasthttp.ReleaseResponse(resp)
-		return nil, err
+		return nil, nil, err
 	}
-	return resp, nil
+	return resp, body, nil
 }
 
 func retryable(status int, header func(string) string, err error) (bool, time.Duration) {
