@@ -48,9 +48,9 @@ type Server struct {
 	log    *slog.Logger
 	srv    *fasthttp.Server
 	creds  pipeline.Credentials
-	// fastOpenAI and fastAnthropic carry the calls answered whole; nil
-	// when the client is the caller's own (Options.Client) or the base URL
-	// is not one fasthttp can dial.
+	// fastOpenAI and fastAnthropic carry the model calls, streamed or not;
+	// nil when the client is the caller's own (Options.Client) or the base
+	// URL is not one fasthttp can dial (client then serves them).
 	fastOpenAI, fastAnthropic *fastUpstream
 }
 
@@ -106,7 +106,7 @@ func New(o Options) *Server {
 	return s
 }
 
-// fastFor is the provider's client for calls answered whole, or nil.
+// fastFor is the provider's fasthttp client for model calls, or nil.
 func (s *Server) fastFor(prov *config.Provider) *fastUpstream {
 	if s.isAnthropic(prov) {
 		return s.fastAnthropic
