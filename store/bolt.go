@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -332,11 +333,25 @@ func (s *Bolt) checkpoint() error {
 		n := 0
 		for _, o := range frozen {
 			for b, m := range o.buckets {
+				bk := tx.Bucket([]byte(b))
+				if bk == nil {
+					return fmt.Errorf("store: no bucket %q", b)
+				}
 				for k, v := range m {
 					if n++; n%512 == 0 {
 						runtime.Gosched() // calls first: this goroutine may share one core with them
 					}
-					if err := applyOp(tx, Op{Bucket: b, Key: []byte(k), Value: v}); err != nil {
+					// bbolt keeps the key until the transaction commits; the
+					// frozen overlay holds the string until then and nothing
+					// writes to it, so it goes in without a copy.
+					key := unsafe.Slice(unsafe.StringData(k), len(k))
+					var err error
+					if v == nil {
+						err = bk.Delete(key)
+					} else {
+						err = bk.Put(key, v)
+					}
+					if err != nil {
 						return err
 					}
 				}
