@@ -327,14 +327,9 @@ var (
 // ParseResponse reads a non-streamed chat completion.
 func (Chat) ParseResponse(body []byte) (wire.Response, error) {
 	var r wire.Response
-	if !validObject(body) {
-		return r, errNotObject
-	}
-	obj := view(body)
 	var choices string
-	eachMember(obj, func(m member) bool {
-		v := m.value(obj)
-		switch m.key {
+	ok := eachValidMember(body, func(key, v string) {
+		switch key {
 		case "id":
 			r.ID = clone(str(v))
 		case "model":
@@ -349,8 +344,10 @@ func (Chat) ParseResponse(body []byte) (wire.Response, error) {
 				r.FinishReason = "error"
 			}
 		}
-		return true
 	})
+	if !ok {
+		return wire.Response{}, errNotObject
+	}
 	var first string
 	eachElement(choices, func(c string) bool {
 		first = c

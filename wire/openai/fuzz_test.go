@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tidwall/gjson"
+
 	"github.com/haltline/haltline/wire"
 )
 
@@ -62,10 +64,17 @@ func FuzzParseRequest(f *testing.F) {
 func FuzzParseResponse(f *testing.F) {
 	seedFiles(f, ".json")
 	f.Fuzz(func(t *testing.T, body []byte) {
+		// A response is read exactly when it is one valid JSON object (the
+		// chat parser validates in the pass that reads it).
+		trimmed := bytes.TrimLeft(body, " \t\r\n")
+		object := len(trimmed) > 0 && trimmed[0] == '{' && gjson.ValidBytes(body)
 		for _, c := range []wire.Codec{Chat{}, Responses{}} {
 			r, err := c.ParseResponse(body)
 			if err == nil && len(r.Text) > wire.TextKeep {
 				t.Fatal("text head too long")
+			}
+			if (err == nil) != object {
+				t.Fatalf("%T: err %v for a body that is an object: %v", c, err, object)
 			}
 		}
 	})
