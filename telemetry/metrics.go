@@ -1,7 +1,10 @@
 package telemetry
 
 import (
+	"maps"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,6 +35,65 @@ type Metrics struct {
 	Compressions   *prometheus.CounterVec
 	TokensRemoved  *prometheus.CounterVec
 	CompressRatio  *prometheus.HistogramVec
+
+	// The series every call writes, looked up once per label values: a
+	// call's usage costs one map read instead of six label lookups.
+	calls     seriesCache[callKey, *callSeries]
+	firstByte seriesCache[string, prometheus.Observer] // only once observed: an empty series would show
+	usage     seriesCache[usageKey, *usageSeries]
+	decisions seriesCache[[2]string, *decisionSeries] // package, result
+}
+
+type decisionSeries struct {
+	count prometheus.Counter
+	time  prometheus.Observer
+}
+
+type callKey struct {
+	api    string
+	status int
+}
+
+type callSeries struct {
+	calls              prometheus.Counter
+	duration, overhead prometheus.Observer
+}
+
+type usageKey struct{ provider, model string }
+
+type usageSeries struct {
+	input, output, reasoning, cached, cacheWrite, cost prometheus.Counter
+}
+
+// seriesCache maps label values (a bounded set: APIs, statuses, priced
+// models or "other") to their series. Reads take no lock: the map is
+// copied when a key is added.
+type seriesCache[K comparable, V any] struct {
+	m  atomic.Pointer[map[K]V]
+	mu sync.Mutex
+}
+
+func (c *seriesCache[K, V]) get(k K, build func() V) V {
+	if p := c.m.Load(); p != nil {
+		if v, ok := (*p)[k]; ok {
+			return v
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var old map[K]V
+	if p := c.m.Load(); p != nil {
+		old = *p
+	}
+	if v, ok := old[k]; ok {
+		return v
+	}
+	v := build()
+	next := make(map[K]V, len(old)+1)
+	maps.Copy(next, old)
+	next[k] = v
+	c.m.Store(&next)
+	return v
 }
 
 // New registers the metrics on reg.
@@ -106,11 +168,15 @@ func New(reg prometheus.Registerer) *Metrics {
 // ModelCall counts one call: status, duration, the gateway's own overhead
 // and, when it was forwarded, the upstream's time to first byte.
 func (m *Metrics) ModelCall(api string, status int, total, upstream, firstByte time.Duration) {
-	m.Calls.WithLabelValues(api, statusLabel(status)).Inc()
-	m.CallDuration.WithLabelValues(api).Observe(total.Seconds())
-	m.Overhead.WithLabelValues(api).Observe(max(total-upstream, 0).Seconds())
+	s := m.calls.get(callKey{api, status}, func() *callSeries {
+		return &callSeries{calls: m.Calls.WithLabelValues(api, statusLabel(status)), duration: m.CallDuration.WithLabelValues(api),
+			overhead: m.Overhead.WithLabelValues(api)}
+	})
+	s.calls.Inc()
+	s.duration.Observe(total.Seconds())
+	s.overhead.Observe(max(total-upstream, 0).Seconds())
 	if firstByte > 0 {
-		m.FirstByte.WithLabelValues(api).Observe(firstByte.Seconds())
+		m.firstByte.get(api, func() prometheus.Observer { return m.FirstByte.WithLabelValues(api) }).Observe(firstByte.Seconds())
 	}
 }
 
@@ -147,12 +213,21 @@ func (m *Metrics) TeamSpend(team string, cost accounting.Money) {
 
 // Usage counts metered tokens by type, and the cost.
 func (m *Metrics) Usage(provider, model string, u wire.Usage, cost accounting.Money) {
-	m.Tokens.WithLabelValues(provider, model, "input").Add(float64(u.InputTokens))
-	m.Tokens.WithLabelValues(provider, model, "output").Add(float64(u.OutputTokens))
-	m.Tokens.WithLabelValues(provider, model, "reasoning").Add(float64(u.ReasoningTokens))
-	m.Tokens.WithLabelValues(provider, model, "cached").Add(float64(u.CachedTokens))
-	m.Tokens.WithLabelValues(provider, model, "cache_write").Add(float64(u.CacheWriteTokens))
-	m.Cost.WithLabelValues(provider, model).Add(cost.USD())
+	s := m.usageSeries(provider, model)
+	s.input.Add(float64(u.InputTokens))
+	s.output.Add(float64(u.OutputTokens))
+	s.reasoning.Add(float64(u.ReasoningTokens))
+	s.cached.Add(float64(u.CachedTokens))
+	s.cacheWrite.Add(float64(u.CacheWriteTokens))
+	s.cost.Add(cost.USD())
+}
+
+func (m *Metrics) usageSeries(provider, model string) *usageSeries {
+	return m.usage.get(usageKey{provider, model}, func() *usageSeries {
+		tokens := func(typ string) prometheus.Counter { return m.Tokens.WithLabelValues(provider, model, typ) }
+		return &usageSeries{input: tokens("input"), output: tokens("output"), reasoning: tokens("reasoning"),
+			cached: tokens("cached"), cacheWrite: tokens("cache_write"), cost: m.Cost.WithLabelValues(provider, model)}
+	})
 }
 
 // RunStarted counts a new run.
@@ -181,8 +256,12 @@ func (m *Metrics) LoopDetection(detector, mode string) {
 // summary is the policy engine's rendering ("allow …", "deny: …"); only
 // its verdict becomes a label, so deny messages never multiply series.
 func (m *Metrics) PolicyDecision(pkg, verdict string, failed bool, d time.Duration) {
-	m.Decisions.WithLabelValues(pkg, decisionResult(verdict, failed)).Inc()
-	m.DecisionTime.WithLabelValues(pkg).Observe(d.Seconds())
+	k := [2]string{pkg, decisionResult(verdict, failed)}
+	s := m.decisions.get(k, func() *decisionSeries {
+		return &decisionSeries{count: m.Decisions.WithLabelValues(k[0], k[1]), time: m.DecisionTime.WithLabelValues(pkg)}
+	})
+	s.count.Inc()
+	s.time.Observe(d.Seconds())
 }
 
 func decisionResult(verdict string, failed bool) string {

@@ -235,3 +235,13 @@ func TestObserverWithoutTracer(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// BenchmarkUsage is the metrics of one call's usage: six series.
+func BenchmarkUsage(b *testing.B) {
+	m := New(prometheus.NewRegistry())
+	u := wire.Usage{InputTokens: 900, OutputTokens: 18, CachedTokens: 256}
+	b.ReportAllocs()
+	for b.Loop() {
+		m.Usage("openai", "gpt-4o-mini", u, 72_000_000)
+	}
+}
