@@ -191,8 +191,18 @@ func (p *Pipeline) persistPending(r *runstate.Run) <-chan error {
 // queue adds a write to the run's next persist.
 func (g *governance) queue(op store.Op) { g.pending = append(g.pending, op) }
 
+// reservationKey is the epoch and the hold's id, each as 16 hex digits,
+// joined by a dash (fmt's %016x-%016x, without fmt: one per call).
 func (p *Pipeline) reservationKey(id uint64) []byte {
-	return fmt.Appendf(nil, "%016x-%016x", p.epoch, id)
+	return appendHex16(append(appendHex16(make([]byte, 0, 33), uint64(p.epoch)), '-'), id) // epoch: UnixNano, positive
+}
+
+func appendHex16(b []byte, x uint64) []byte {
+	const digits = "0123456789abcdef"
+	for shift := 60; shift >= 0; shift -= 4 {
+		b = append(b, digits[x>>uint(shift)&0xf])
+	}
+	return b
 }
 
 // trackReservation records an in-process hold in the store, so that a

@@ -67,3 +67,12 @@ func TestEncodeRunMatchesTheBlob(t *testing.T) {
 		t.Fatal("the fixed part was not kept")
 	}
 }
+
+func TestReservationKeyIsFmts(t *testing.T) {
+	for _, c := range [][2]uint64{{0, 0}, {1, 15}, {uint64(time.Now().UnixNano()), 1 << 40}, {1<<63 - 1, ^uint64(0)}} {
+		p := &Pipeline{epoch: int64(c[0])}
+		if got, want := string(p.reservationKey(c[1])), fmt.Sprintf("%016x-%016x", int64(c[0]), c[1]); got != want {
+			t.Fatalf("%q, want %q", got, want)
+		}
+	}
+}
