@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/haltline/haltline/accounting"
@@ -203,7 +204,7 @@ func (p *Pipeline) toolStep(t *Turn, g *governance, resp *wire.Response, out Out
 		r.LastAction = &runstate.Action{Tool: tc.Name, ArgumentsHash: fp.String()}
 		r.Record(now, runstate.Event{Type: runstate.EventToolCall, Tool: tc.Name, ArgumentsHash: fp.String()})
 	}
-	r.Transition(runstate.ExecutingTools, now, fmt.Sprintf("%d tool call(s)", len(calls)))
+	r.Transition(runstate.ExecutingTools, now, strconv.Itoa(len(calls))+" tool call(s)")
 	p.governModelToolCalls(t, g, resp, now)
 	if v := g.guard.Step(int(r.Counters.AgentSteps), calls); v != nil {
 		p.loopVerdict(t, g, v, now)
