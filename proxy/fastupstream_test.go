@@ -124,12 +124,26 @@ func TestNewFastUpstreamRefusesWhatItCannotDial(t *testing.T) {
 	}
 }
 
+// countingServer serves h and counts the connections it accepts.
+func countingServer(t *testing.T, h http.Handler) (*httptest.Server, *atomic.Int32) {
+	var conns atomic.Int32
+	srv := httptest.NewUnstartedServer(h)
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv, &conns
+}
+
 // Calls beyond the connection limit wait for a pooled connection instead of
 // dialing one each, and all get their answer.
 func TestFastUpstreamWaitsForAConnection(t *testing.T) {
-	var conns, inFlight, most atomic.Int32
+	var inFlight, most atomic.Int32
 	release := make(chan struct{})
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv, conns := countingServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := inFlight.Add(1)
 		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
 		}
@@ -137,13 +151,6 @@ func TestFastUpstreamWaitsForAConnection(t *testing.T) {
 		inFlight.Add(-1)
 		_, _ = w.Write([]byte(`{}`))
 	}))
-	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
-		if s == http.StateNew {
-			conns.Add(1)
-		}
-	}
-	srv.Start()
-	defer srv.Close()
 	up := newFastUpstream(srv.URL, 1<<20)
 	up.hc.MaxConns = 2
 	errs := make(chan error, 5)
@@ -229,8 +236,7 @@ func TestFastUpstreamOverTLS(t *testing.T) {
 // stream gives its connection back to the pool; closed early, it closes it.
 func TestFastUpstreamStreams(t *testing.T) {
 	acks := make(chan struct{})
-	var conns atomic.Int32
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv, conns := countingServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.ReadAll(r.Body)
 		w.Header().Set("Content-Type", "text/event-stream")
 		for i := range 3 {
@@ -245,13 +251,6 @@ func TestFastUpstreamStreams(t *testing.T) {
 			}
 		}
 	}))
-	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
-		if s == http.StateNew {
-			conns.Add(1)
-		}
-	}
-	srv.Start()
-	defer srv.Close()
 	up := newFastUpstream(srv.URL, 1<<20)
 	stream := func(ctx context.Context) (*fasthttp.Response, *fastStream) {
 		t.Helper()
