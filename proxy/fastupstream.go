@@ -273,10 +273,9 @@ func (s *fastStream) Settled() {
 
 func (s *fastStream) Read(p []byte) (int, error) {
 	n, err := s.r.Read(p)
-	// More only when it cannot block: at a chunk boundary, the next chunk's
-	// size line must be in the buffer already.
+	// More only when it cannot block (see chunkReady).
 	for err == nil && n < len(p) && s.br.Buffered() > 0 {
-		if head, _ := s.br.Peek(s.br.Buffered()); bytes.IndexByte(head, '\n') < 0 {
+		if head, _ := s.br.Peek(s.br.Buffered()); !chunkReady(head) {
 			break
 		}
 		var m int
@@ -287,6 +286,22 @@ func (s *fastStream) Read(p []byte) (int, error) {
 		s.eof = true
 	}
 	return n, err
+}
+
+// chunkReady reports whether the buffered bytes head let the body's reader
+// go on without waiting for the network: inside a chunk any byte does; at
+// a chunk boundary, the size line must be whole, and for the last chunk
+// (size 0) the blank line that ends its trailer too. A false answer is
+// only ever one read more.
+func chunkReady(head []byte) bool {
+	i := bytes.IndexByte(head, '\n')
+	if i < 0 {
+		return false
+	}
+	if size := bytes.TrimLeft(head[:i], "0"); len(size) > 0 && size[0] != '\r' && size[0] != ';' {
+		return true // not a zero size line (or not a size line at all)
+	}
+	return bytes.Contains(head[i:], []byte("\n\r\n"))
 }
 
 func (s *fastStream) Close() error {

@@ -341,3 +341,52 @@ func TestFastUpstreamStreamHonoursTheCallContext(t *testing.T) {
 	body.Close()
 	fasthttp.ReleaseResponse(resp)
 }
+
+// A Read that has bytes does not wait for the last chunk's trailer: the
+// upstream sent the last event and the zero-size chunk, but not yet the
+// blank line that ends the body.
+func TestFastUpstreamStreamReadDoesNotWaitForTheTrailer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	readDone := make(chan struct{})
+	var trailerSent atomic.Bool
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		_, _ = c.Read(make([]byte, 4096)) // the request
+		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"+
+			"9\r\ndata: 0\n\n\r\n0\r\n")
+		select {
+		case <-readDone:
+		case <-time.After(2 * time.Second):
+		}
+		trailerSent.Store(true)
+		_, _ = io.WriteString(c, "\r\n")
+		time.Sleep(100 * time.Millisecond)
+	}()
+	url := "http://" + ln.Addr().String()
+	up := newFastUpstream(url, 1<<20)
+	req := fastRequest(url+"/v1/chat/completions", `{"stream":true}`)
+	resp := fasthttp.AcquireResponse()
+	body, err := up.doStream(context.Background(), time.Now().Add(5*time.Second), req, resp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 1024)
+	n, err := body.Read(buf)
+	if err != nil || string(buf[:n]) != "data: 0\n\n" || trailerSent.Load() {
+		t.Fatalf("read %q %v; waited for the trailer: %v", buf[:n], err, trailerSent.Load())
+	}
+	close(readDone)
+	if n, err := body.Read(buf); n != 0 || err != io.EOF {
+		t.Fatalf("then %d %v, want EOF", n, err)
+	}
+	body.Close()
+	fasthttp.ReleaseResponse(resp)
+}
