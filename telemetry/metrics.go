@@ -252,9 +252,9 @@ func (m *Metrics) LoopDetection(detector, mode string) {
 	m.LoopDetections.WithLabelValues(detector, mode).Inc()
 }
 
-// PolicyDecision counts a decision and observes its evaluation time.
-// summary is the policy engine's rendering ("allow …", "deny: …"); only
-// its verdict becomes a label, so deny messages never multiply series.
+// PolicyDecision counts a decision and observes its evaluation time. Only
+// the verdict ("allow", "deny", "" for an answer) becomes a label, never
+// a deny message, so series do not multiply.
 func (m *Metrics) PolicyDecision(pkg, verdict string, failed bool, d time.Duration) {
 	k := [2]string{pkg, decisionResult(verdict, failed)}
 	s := m.decisions.get(k, func() *decisionSeries {
