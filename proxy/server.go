@@ -250,7 +250,10 @@ func readBodyInto(ctx *fasthttp.RequestCtx, limit int64, buf []byte) (body []byt
 		ctx.SetConnectionClose()
 		return nil, false, false
 	}
-	b := bytes.NewBuffer(slices.Grow(buf[:0], max(n, 0)+1))
+	// Room for the whole body and the MinRead that ReadFrom wants free
+	// before it sees EOF: a body that filled its buffer's allocation would
+	// otherwise have it allocated again, twice as large, and copied.
+	b := bytes.NewBuffer(slices.Grow(buf[:0], max(n, 0)+bytes.MinRead))
 	if _, err := b.ReadFrom(io.LimitReader(ctx.RequestBodyStream(), limit+1)); err != nil {
 		ctx.SetConnectionClose()
 		return nil, false, false
