@@ -42,6 +42,7 @@ type Metrics struct {
 	firstByte seriesCache[string, prometheus.Observer] // only once observed: an empty series would show
 	usage     seriesCache[usageKey, *usageSeries]
 	decisions seriesCache[[2]string, *decisionSeries] // package, result
+	teams     seriesCache[string, prometheus.Counter] // the credentials' teams
 }
 
 type decisionSeries struct {
@@ -66,7 +67,7 @@ type usageSeries struct {
 }
 
 // seriesCache maps label values (a bounded set: APIs, statuses, priced
-// models or "other") to their series. Reads take no lock: the map is
+// models or "other", policy packages, configured teams) to their series. Reads take no lock: the map is
 // copied when a key is added.
 type seriesCache[K comparable, V any] struct {
 	m  atomic.Pointer[map[K]V]
@@ -208,7 +209,7 @@ func (m *Metrics) TeamSpend(team string, cost accounting.Money) {
 	if team == "" {
 		team = "none"
 	}
-	m.TeamCost.WithLabelValues(team).Add(cost.USD())
+	m.teams.get(team, func() prometheus.Counter { return m.TeamCost.WithLabelValues(team) }).Add(cost.USD())
 }
 
 // Usage counts metered tokens by type, and the cost.
