@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"slices"
 	"strings"
+	"unsafe"
 )
 
 // overlay holds the writes that are in the log but not yet in the bbolt
@@ -34,8 +35,10 @@ func (o *overlay) apply(batches [][]Op) {
 				m = map[string][]byte{}
 				o.buckets[op.Bucket] = m
 			}
+			// The key's bytes are the caller's, handed over with the op
+			// (Store.Apply): kept as they are, not copied.
 			n := len(m)
-			m[string(op.Key)] = op.Value
+			m[unsafe.String(unsafe.SliceData(op.Key), len(op.Key))] = op.Value
 			o.ops += len(m) - n // a new key, not a rewrite
 		}
 	}

@@ -33,6 +33,9 @@ type Store interface {
 	// Apply queues the ops to be committed together, in order, atomically.
 	// A receive from the channel gives the commit's result (the channel
 	// may be a closed one shared by successful commits: receive once).
+	// The ops' keys and values are handed over: the store may keep them
+	// as they are until they are checkpointed, and the caller must not
+	// change their bytes afterwards.
 	Apply(ops []Op) <-chan error
 	// Get returns one record, or nil when there is none.
 	Get(b Bucket, key []byte) ([]byte, error)
