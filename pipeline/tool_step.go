@@ -11,14 +11,14 @@ import (
 )
 
 // governModelToolCalls is the tool step of a model response (called from
-// toolStep): each tool call is indexed for attribution at the tool routes,
-// and asked of haltline.tool. A denied call ends the run policy_denied
+// toolStep, with the calls' fingerprints it computed): each tool call is
+// indexed for attribution at the tool routes, and asked of haltline.tool. A denied call ends the run policy_denied
 // through the turn's pending end: a non-streamed response is replaced by
 // the ended answer, a stream ends the run at its next call. Approvals are
 // the tool route's: the framework runs the call through it.
-func (p *Pipeline) governModelToolCalls(t *Turn, g *governance, resp *wire.Response, now time.Time) {
+func (p *Pipeline) governModelToolCalls(t *Turn, g *governance, resp *wire.Response, fps []string, now time.Time) {
 	r := t.run
-	for _, tc := range resp.ToolCalls {
+	for i, tc := range resp.ToolCalls {
 		afp := g.canon.Fingerprint("", tc.Name, tc.Arguments).String()
 		p.indexKey(g, toolFPKey(tc.Name, afp), r.ID)
 		if p.pol == nil || t.pendingEnd != nil {
@@ -27,7 +27,7 @@ func (p *Pipeline) governModelToolCalls(t *Turn, g *governance, resp *wire.Respo
 		server, entry := p.ToolRegistry().resolve(tc.Name)
 		in := policy.ToolInput{RunInput: runInput(r, t.Call.Principal, now), Tool: policy.ToolInfo{
 			Name: tc.Name, Server: server, Level: entry.Level, Hints: entry.Hints, Arguments: tc.Arguments,
-			Fingerprint: g.canon.Fingerprint(r.AgentID, tc.Name, tc.Arguments).String()}}
+			Fingerprint: fps[i]}}
 		d, err := p.pol.Tool(context.Background(), in)
 		detail := ""
 		switch {
