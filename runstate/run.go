@@ -98,6 +98,10 @@ type Run struct {
 	// cancels are the in-flight calls' cancel functions, for cancel.
 	cancels    map[uint64]func()
 	nextCancel uint64
+	// atTime and atText are the last event's time and its rendering: the
+	// events of one step share their time, rendered once.
+	atTime time.Time
+	atText string
 }
 
 // OutstandingCall is a tool call the model asked for and the framework has
@@ -155,7 +159,10 @@ func (r *Run) event(now time.Time, ev Event) {
 	if n := len(r.Events); n > 0 {
 		ev.Seq = r.Events[n-1].Seq + 1
 	}
-	ev.At = now.UTC().Format(time.RFC3339Nano)
+	if !now.Equal(r.atTime) || r.atText == "" {
+		r.atTime, r.atText = now, now.UTC().Format(time.RFC3339Nano)
+	}
+	ev.At = r.atText
 	ev.ElapsedMs = r.Elapsed(now).Milliseconds()
 	ev.Step = r.Counters.AgentSteps
 	if len(r.Events) >= maxEvents {
