@@ -17,6 +17,9 @@ import (
 // (the budget question is asked once per run, DESIGN §11) and kept in
 // runstate.Run.Ext.
 type governance struct {
+	// runID is the run's id as bytes, for the store ops that carry it: ops
+	// are handed over unchanged, so they share it.
+	runID   []byte
 	limits  policy.Limits
 	term    policy.TerminationAnswer
 	loop    policy.LoopThresholds
@@ -118,7 +121,7 @@ func (p *Pipeline) govern(ctx context.Context, r *runstate.Run, call *Call) (*go
 	limits.MaxCostUSD = granted.Cost.USD()
 	limits.DeadlineMs = granted.DeadlineMs
 
-	g := &governance{limits: limits, term: term, loop: loop}
+	g := &governance{runID: []byte(r.ID), limits: limits, term: term, loop: loop}
 	lim := enforcedOnly(granted.Vector, term)
 	g.ledger = "run:" + r.ID
 	g.ledgers = []string{g.ledger}
@@ -217,4 +220,12 @@ func enforcedOnly(v accounting.Vector, term policy.TerminationAnswer) accounting
 		v.ToolCalls = 0
 	}
 	return v
+}
+
+// idBytes returns id as bytes: the run's own, shared, when it is the run's.
+func (g *governance) idBytes(id string) []byte {
+	if string(g.runID) != id {
+		return []byte(id)
+	}
+	return g.runID
 }

@@ -172,7 +172,13 @@ func (p *Pipeline) persist(r *runstate.Run) <-chan error {
 		p.log.Error("cannot encode run", "run_id", r.ID, "err", err)
 		return nil
 	}
-	ops = append(ops, store.Op{Bucket: store.Runs, Key: []byte(r.ID), Value: v})
+	var key []byte
+	if g != nil {
+		key = g.idBytes(r.ID)
+	} else {
+		key = []byte(r.ID)
+	}
+	ops = append(ops, store.Op{Bucket: store.Runs, Key: key, Value: v})
 	return st.Apply(ops)
 }
 
@@ -353,6 +359,6 @@ func (p *Pipeline) indexKey(g *governance, key, runID string) {
 	p.runs.Index(key, runID)
 	if g != nil && p.opts.Store != nil {
 		g.keys = append(g.keys, key)
-		g.queue(store.Op{Bucket: store.Lineage, Key: []byte(key), Value: []byte(runID)})
+		g.queue(store.Op{Bucket: store.Lineage, Key: []byte(key), Value: g.idBytes(runID)})
 	}
 }
