@@ -207,7 +207,7 @@ type streamBody struct {
 	// error: fed once the bytes before it went out.
 	unfed    []byte
 	unfedErr error
-	started  bool  // a read was cut for the stream's first event
+	started  bool  // the stream's first bytes were read (and cut after its first event)
 	ended    bool  // the upstream ended (EOF or error)
 	err      error // the upstream's error, when not EOF
 }
