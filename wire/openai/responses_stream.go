@@ -24,13 +24,14 @@ type responsesTap struct {
 // Done reports that the stream's terminal event was read.
 func (t *responsesTap) Done() bool { return t.done }
 
-// Terminal reports whether ev ends the response. Its name says so in the
-// stream OpenAI sends; the data's type is read when it has none.
+// Terminal reports whether ev ends the response, by its type as read
+// reads it: the data's type member (OpenAI writes it first), else the
+// event's name.
 func (t *responsesTap) Terminal(ev []byte) bool {
 	name, data := sse.Fields(ev)
-	typ := view(name)
+	typ := gjson.Get(view(data), "type").Str
 	if typ == "" {
-		typ = gjson.Get(view(data), "type").Str
+		typ = view(name)
 	}
 	return responsesTerminal(typ)
 }
