@@ -54,6 +54,11 @@ type BoltOptions struct {
 	// run's rewrites of the same keys collapse into one.
 	CheckpointEvery time.Duration
 	CheckpointOps   int
+	// CheckpointTxOps is the most keys one bbolt transaction of a
+	// checkpoint takes (default 2048): a bound on how long a checkpoint
+	// holds a core without yielding, at the cost of a commit (two fsyncs,
+	// off the call path) per batch.
+	CheckpointTxOps int
 }
 
 func (o *BoltOptions) defaults() {
@@ -65,6 +70,9 @@ func (o *BoltOptions) defaults() {
 	}
 	if o.CheckpointOps <= 0 {
 		o.CheckpointOps = 32768
+	}
+	if o.CheckpointTxOps <= 0 {
+		o.CheckpointTxOps = 2048
 	}
 }
 
@@ -329,36 +337,7 @@ func (s *Bolt) checkpoint() error {
 	s.ovMu.RLock()
 	frozen := s.frozen
 	s.ovMu.RUnlock()
-	err = s.db.Update(func(tx *bolt.Tx) error {
-		n := 0
-		for _, o := range frozen {
-			for b, m := range o.buckets {
-				bk := tx.Bucket([]byte(b))
-				if bk == nil {
-					return fmt.Errorf("store: no bucket %q", b)
-				}
-				for k, v := range m {
-					if n++; n%512 == 0 {
-						runtime.Gosched() // calls first: this goroutine may share one core with them
-					}
-					// bbolt keeps the key until the transaction commits; the
-					// frozen overlay holds the string until then and nothing
-					// writes to it, so it goes in without a copy.
-					key := unsafe.Slice(unsafe.StringData(k), len(k))
-					var err error
-					if v == nil {
-						err = bk.Delete(key)
-					} else {
-						err = bk.Put(key, v)
-					}
-					if err != nil {
-						return err
-					}
-				}
-			}
-		}
-		return nil
-	})
+	err = s.commitOverlays(frozen)
 	if err != nil {
 		return fmt.Errorf("store checkpoint: %w", err)
 	}
@@ -379,6 +358,64 @@ func (s *Bolt) checkpoint() error {
 		}
 	}
 	return nil
+}
+
+// commitOverlays writes the frozen overlays into bbolt, oldest first, in
+// transactions of at most CheckpointTxOps keys. A bbolt commit (rebalance,
+// spill, page writes) cannot yield, and this goroutine may share one core
+// with the calls: one transaction of 8,000 scattered keys held that core
+// for 10 ms, a stall every call in flight waited out. The log stays until
+// every transaction has committed, so a failure or a crash in between
+// leaves it to be replayed over the partial state, which ends in the same
+// one (each key's last write wins, as in one transaction).
+func (s *Bolt) commitOverlays(frozen []*overlay) error {
+	tx, err := s.db.Begin(true)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if tx != nil {
+			tx.Rollback() // a no-op once committed
+		}
+	}()
+	n := 0
+	for _, o := range frozen {
+		for b, m := range o.buckets {
+			name := []byte(b)
+			bk := tx.Bucket(name)
+			if bk == nil {
+				return fmt.Errorf("store: no bucket %q", b)
+			}
+			for k, v := range m {
+				if n++; n%s.opts.CheckpointTxOps == 0 {
+					if err := tx.Commit(); err != nil {
+						return err
+					}
+					runtime.Gosched()
+					if tx, err = s.db.Begin(true); err != nil {
+						return err
+					}
+					bk = tx.Bucket(name)
+				} else if n%64 == 0 {
+					runtime.Gosched() // calls first: see above
+				}
+				// bbolt keeps the key until the transaction commits; the
+				// frozen overlay holds the string until then and nothing
+				// writes to it, so it goes in without a copy.
+				key := unsafe.Slice(unsafe.StringData(k), len(k))
+				var err error
+				if v == nil {
+					err = bk.Delete(key)
+				} else {
+					err = bk.Put(key, v)
+				}
+				if err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return tx.Commit()
 }
 
 // layers returns the overlays, oldest first; the caller holds ovMu.

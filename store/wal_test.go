@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
+
+	bolt "go.etcd.io/bbolt"
 )
 
 // abandon stops the store the way a killed process would: the log stays
@@ -282,4 +285,77 @@ func BenchmarkCheckpoint(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*perRound), "ns/op-moved")
+}
+
+// A checkpoint larger than CheckpointTxOps is committed in several bbolt
+// transactions, in overlay order, and the file ends as one transaction would
+// leave it: each key's last write, deletes applied. Abandoned after the
+// checkpoint, the store reopens to the same state.
+func TestCheckpointInSeveralTransactions(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	opts := slowCheckpoints
+	opts.CheckpointTxOps = 7
+	s, err := OpenBoltWith(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{}
+	for layer := range 3 {
+		for i := range 40 {
+			k := fmt.Sprintf("r%02d", (i*7+layer*11)%50)
+			if i%9 == layer {
+				mustApply(t, s, del(Runs, k), put(Events, k+"\x00e", fmt.Sprint(layer)))
+				delete(want, k)
+				continue
+			}
+			mustApply(t, s, put(Runs, k, fmt.Sprint(layer, "-", i)), put(Events, k+"\x00e", fmt.Sprint(layer)))
+			want[k] = fmt.Sprint(layer, "-", i)
+		}
+		s.ovMu.Lock() // seal this layer, as a checkpoint that failed would
+		s.frozen = append(s.frozen, s.active)
+		s.active = newOverlay()
+		s.ovMu.Unlock()
+	}
+	txid := func() (id int) {
+		s.db.View(func(tx *bolt.Tx) error { id = tx.ID(); return nil })
+		return id
+	}
+	before := txid()
+	if err := s.checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	if len(s.frozen) != 0 {
+		t.Fatalf("%d overlays left after the checkpoint", len(s.frozen))
+	}
+	keys := 0
+	file := map[string]string{}
+	s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket([]byte(Runs)).ForEach(func(k, v []byte) error {
+			file[string(k)] = string(v)
+			return nil
+		})
+	})
+	if fmt.Sprint(file) != fmt.Sprint(want) {
+		t.Fatalf("bbolt holds %v\nwant %v", file, want)
+	}
+	// 3 layers of up to 50 runs and 50 events: many more keys than 7.
+	s.db.View(func(tx *bolt.Tx) error { keys = tx.Bucket([]byte(Events)).Stats().KeyN; return nil })
+	if n := txid() - before; n < 10 {
+		t.Fatalf("%d bbolt transactions for the checkpoint of %d runs and %d events, want one per 7 keys", n, len(want), keys)
+	}
+	s.abandon()
+	s, err = OpenBoltWith(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	got := map[string]string{}
+	for _, kv := range collect(t, s, Runs, nil) {
+		k, v, _ := strings.Cut(kv, "=")
+		got[k] = v
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("reopened: %v\nwant %v", got, want)
+	}
 }
