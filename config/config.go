@@ -138,6 +138,13 @@ type Store struct {
 type Limits struct {
 	// MaxBodyBytes bounds a request body (413 beyond); default 32 MiB.
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+	// MaxBodyBytesInFlight bounds the bytes of model-call request bodies
+	// held at once (default 256 MiB; 0: no bound): under overload, calls
+	// past it wait up to BodyWait with their body unread, then are
+	// answered 503 (Anthropic: overloaded_error) with Retry-After.
+	MaxBodyBytesInFlight int64 `yaml:"max_body_bytes_in_flight"`
+	// BodyWait bounds that wait (default 2 s).
+	BodyWait time.Duration `yaml:"body_wait"`
 	// MaxResponseBytes bounds a buffered (non-streamed) upstream response.
 	MaxResponseBytes int64 `yaml:"max_response_bytes"`
 	// UpstreamTimeout bounds one upstream call; the run's deadline may cut it shorter.
@@ -163,10 +170,12 @@ func Default() Config {
 		},
 		Store: Store{DataDir: "./haltline-data", Sync: "interval", SyncInterval: 100 * time.Millisecond},
 		Limits: Limits{
-			MaxBodyBytes:     32 << 20,
-			MaxResponseBytes: 64 << 20,
-			UpstreamTimeout:  10 * time.Minute,
-			ReservationLease: 15 * time.Minute,
+			MaxBodyBytes:         32 << 20,
+			MaxBodyBytesInFlight: 256 << 20,
+			BodyWait:             2 * time.Second,
+			MaxResponseBytes:     64 << 20,
+			UpstreamTimeout:      10 * time.Minute,
+			ReservationLease:     15 * time.Minute,
 		},
 		Log: Log{Format: "json", Level: "info"},
 	}
@@ -290,6 +299,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Limits.UpstreamTimeout <= 0 {
 		errs = append(errs, errors.New("limits.upstream_timeout: must be positive"))
+	}
+	if c.Limits.MaxBodyBytesInFlight < 0 {
+		errs = append(errs, errors.New("limits.max_body_bytes_in_flight: must not be negative (0: no bound)"))
+	}
+	if c.Limits.MaxBodyBytesInFlight > 0 && c.Limits.BodyWait <= 0 {
+		errs = append(errs, errors.New("limits.body_wait: must be positive"))
 	}
 	if c.Limits.ReservationLease <= 0 {
 		errs = append(errs, errors.New("limits.reservation_lease: must be positive"))

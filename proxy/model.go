@@ -28,10 +28,14 @@ func (s *Server) model(ctx *fasthttp.RequestCtx, codec wire.Codec, prov *config.
 			Body: codec.ErrorBody(wire.ErrAuthentication, "unknown API key", nil)})
 		return
 	}
-	body, release, ok := readPooledBody(ctx, s.o.Limits.MaxBodyBytes)
-	if !ok {
+	body, release, rerr := s.readPooledBody(ctx, s.o.Limits.MaxBodyBytes)
+	if rerr != nil {
 		release()
-		tooLarge(ctx, codec)
+		if rerr == errBusy {
+			busy(ctx, codec)
+		} else {
+			tooLarge(ctx, codec)
+		}
 		return
 	}
 	// The body goes back to its pool once the call is settled: here, or at

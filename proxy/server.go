@@ -52,6 +52,9 @@ type Server struct {
 	// nil when the client is the caller's own (Options.Client) or the base
 	// URL is not one fasthttp can dial (client then serves them).
 	fastOpenAI, fastAnthropic *fastUpstream
+	// bodies bounds the model calls' request bodies held at once; nil
+	// when Limits.MaxBodyBytesInFlight is 0 (no bound).
+	bodies *bodyBudget
 }
 
 var (
@@ -82,6 +85,9 @@ func New(o Options) *Server {
 		o.Retries = 2
 	}
 	s := &Server{o: o, p: o.Pipeline, client: o.Client, log: o.Logger, creds: Credentials(o.VirtualKeys)}
+	if o.Limits.MaxBodyBytesInFlight > 0 {
+		s.bodies = newBodyBudget(o.Limits.MaxBodyBytesInFlight)
+	}
 	if own {
 		s.fastOpenAI = newFastUpstream(o.OpenAI.BaseURL, o.Limits.MaxResponseBytes)
 		s.fastAnthropic = newFastUpstream(o.Anthropic.BaseURL, o.Limits.MaxResponseBytes)
@@ -214,28 +220,70 @@ func readBody(ctx *fasthttp.RequestCtx, limit int64) (body []byte, ok bool) {
 
 // readPooledBody is readBody into a pooled buffer: a streamed body (one
 // larger than fasthttp's read buffer, e.g. a 200 KB history) would
-// otherwise be a fresh allocation per call. release hands the buffer back;
-// nothing may hold the body, or a slice of it, afterwards.
-func readPooledBody(ctx *fasthttp.RequestCtx, limit int64) (body []byte, release func(), ok bool) {
+// otherwise be a fresh allocation per call. It also takes the body's bytes
+// from the server's bodyBudget before reading it (errBusy when there was
+// no room within Limits.BodyWait). release hands both back; nothing may
+// hold the body, or a slice of it, afterwards.
+func (s *Server) readPooledBody(ctx *fasthttp.RequestCtx, limit int64) (body []byte, release func(), err error) {
+	var held int64
+	if ctx.Request.IsBodyStream() {
+		n := int64(ctx.Request.Header.ContentLength())
+		if n > limit {
+			ctx.SetConnectionClose()
+			return nil, func() {}, errTooLarge
+		}
+		if n < 0 { // chunked: what the pooled buffer holds, corrected once read
+			n = bodyPoolSize
+		}
+		var ok bool
+		if held, ok = s.bodies.acquire(n, s.o.Limits.BodyWait); !ok {
+			// The body was not read: the connection cannot be reused.
+			ctx.SetConnectionClose()
+			return nil, func() {}, errBusy
+		}
+	}
 	bufp := bodyPool.Get().(*[]byte)
 	body, grown, ok := readBodyInto(ctx, limit, (*bufp)[:0])
-	if !grown {
-		bodyPool.Put(bufp)
-		return body, func() {}, ok
+	if extra := int64(len(body)) - held; grown && held > 0 && extra > 0 {
+		s.bodies.take(extra)
+		held += extra
 	}
-	return body, func() {
-		if cap(body) <= maxPooledBody {
-			*bufp = body[:0]
-			bodyPool.Put(bufp)
+	switch {
+	case grown:
+		release = func() {
+			s.bodies.release(held)
+			if cap(body) <= maxPooledBody {
+				*bufp = body[:0]
+				bodyPool.Put(bufp)
+			}
 		}
-	}, ok
+	case held > 0:
+		bodyPool.Put(bufp)
+		release = func() { s.bodies.release(held) }
+	default: // a body fasthttp read with the headers: nothing held
+		bodyPool.Put(bufp)
+		release = noRelease
+	}
+	if !ok {
+		return nil, release, errTooLarge
+	}
+	return body, release, nil
 }
+
+func noRelease() {}
+
+var (
+	errTooLarge = errors.New("request body exceeds the gateway's limit")
+	errBusy     = errors.New("too many request bodies in flight")
+)
 
 // maxPooledBody bounds the buffers kept for reuse: a rare huge body is left
 // to the collector rather than pinned.
 const maxPooledBody = 4 << 20
 
-var bodyPool = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}
+const bodyPoolSize = 64 << 10
+
+var bodyPool = sync.Pool{New: func() any { b := make([]byte, 0, bodyPoolSize); return &b }}
 
 // readBodyInto reads the body into buf (grown as needed) when it is
 // streamed; a body fasthttp already holds is returned as is (used reports
@@ -263,6 +311,14 @@ func readBodyInto(ctx *fasthttp.RequestCtx, limit int64, buf []byte) (body []byt
 		return nil, false, false
 	}
 	return b.Bytes(), true, true
+}
+
+// busy answers 503 in the provider's format (Anthropic's overloaded_error),
+// which the official SDKs retry after Retry-After.
+func busy(ctx *fasthttp.RequestCtx, codec wire.Codec) {
+	ctx.Response.Header.Set("Retry-After", "1")
+	writeAnswer(ctx, &pipeline.Answer{Status: 503, ContentType: "application/json",
+		Body: codec.ErrorBody(wire.ErrUnavailable, "the gateway holds too many request bodies; retry shortly", nil)})
 }
 
 // tooLarge answers 413 in the provider's format.
