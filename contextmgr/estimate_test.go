@@ -214,3 +214,53 @@ func TestEstimateCacheHashIsSplitInvariant(t *testing.T) {
 		}
 	}
 }
+
+// countClassesBytewise is the byte classes' definition, one byte at a time.
+func countClassesBytewise(b []byte) (low, high int) {
+	for _, c := range b {
+		switch {
+		case c >= 0x80:
+			high++
+		case c <= ' ', c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z':
+			low++
+		}
+	}
+	return low, high
+}
+
+// Both counts — the word loop and the vector one, which this machine may
+// run — count as the definition does: every byte value, at every offset
+// and length around the 32-byte steps, and random bodies.
+func TestCountClasses(t *testing.T) {
+	check := func(b []byte) {
+		t.Helper()
+		wl, wh := countClassesBytewise(b)
+		if l, h := countClasses(b); l != wl || h != wh {
+			t.Fatalf("countClasses = %d, %d; byte by byte %d, %d for %q", l, h, wl, wh, b)
+		}
+		if l, h := countClassesGeneric(b); l != wl || h != wh {
+			t.Fatalf("countClassesGeneric = %d, %d; byte by byte %d, %d for %q", l, h, wl, wh, b)
+		}
+	}
+	all := make([]byte, 0, 4*256)
+	for range 4 {
+		for c := range 256 {
+			all = append(all, byte(c))
+		}
+	}
+	for off := range 33 {
+		for n := 0; off+n <= len(all); n += 7 {
+			check(all[off : off+n])
+		}
+	}
+	r := rand.New(rand.NewPCG(5, 5))
+	b := make([]byte, 5000)
+	for range 500 {
+		for i := range b {
+			b[i] = byte(r.IntN(256))
+		}
+		off := r.IntN(40)
+		check(b[off : off+r.IntN(len(b)-off)])
+	}
+	t.Logf("vector count on this machine: %v", hasVectorClassCount())
+}

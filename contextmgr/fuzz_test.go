@@ -109,3 +109,19 @@ func FuzzEstimateCache(f *testing.F) {
 		}
 	})
 }
+
+// FuzzCountClasses: the byte-class count equals its byte-by-byte
+// definition, whichever loop counts.
+func FuzzCountClasses(f *testing.F) {
+	f.Add([]byte(`{"messages":[{"role":"user","content":"Où est ma commande 1234 ?"}]}`))
+	f.Add(bytes.Repeat([]byte("@AZ[`az{\x00 !\x7f\x80\xff"), 9))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		wl, wh := countClassesBytewise(b)
+		if l, h := countClasses(b); l != wl || h != wh {
+			t.Fatalf("countClasses = %d, %d; byte by byte %d, %d", l, h, wl, wh)
+		}
+		if l, h := countClassesGeneric(b); l != wl || h != wh {
+			t.Fatalf("countClassesGeneric = %d, %d; byte by byte %d, %d", l, h, wl, wh)
+		}
+	})
+}
