@@ -230,3 +230,24 @@ func FuzzAppendEscaped(f *testing.F) {
 		}
 	})
 }
+
+// hasControl — the word loop and, on long strings, the vector check this
+// machine may run — finds one control byte at any position of strings of
+// every length around the 32- and 64-byte steps, and none where there is
+// none (0x20, 0x7f and bytes >= 0x80 are not control bytes).
+func TestHasControl(t *testing.T) {
+	plain := []byte(strings.Repeat("a \x7f\x80\xff~ Z", 40))
+	for n := 0; n <= 300; n++ {
+		s := plain[:n]
+		if hasControl(string(s)) {
+			t.Fatalf("control found in %q", s)
+		}
+		for i := range n {
+			b := append([]byte(nil), s...)
+			b[i] = byte(i % 0x20)
+			if !hasControl(string(b)) {
+				t.Fatalf("control byte %#x at %d of %d not found", b[i], i, n)
+			}
+		}
+	}
+}
