@@ -44,9 +44,9 @@ func (b *bodyBudget) acquire(n int64, wait time.Duration) (taken int64, ok bool)
 	defer b.waiters.Add(-1)
 	var timer *time.Timer
 	for {
-		// The channel is read before the retry: a release after a failed
-		// retry closes this channel or a later one's predecessor, never
-		// one this waiter has not seen.
+		// The channel is read before the retry: any release after the
+		// retry fails closes it, or closed it already, so no wake-up is
+		// missed.
 		b.mu.Lock()
 		freed := b.freed
 		b.mu.Unlock()

@@ -230,7 +230,7 @@ func (s *Server) readPooledBody(ctx *fasthttp.RequestCtx, limit int64) (body []b
 		n := int64(ctx.Request.Header.ContentLength())
 		if n > limit {
 			ctx.SetConnectionClose()
-			return nil, func() {}, errTooLarge
+			return nil, noRelease, errTooLarge
 		}
 		if n < 0 { // chunked: what the pooled buffer holds, corrected once read
 			n = bodyPoolSize
@@ -239,7 +239,7 @@ func (s *Server) readPooledBody(ctx *fasthttp.RequestCtx, limit int64) (body []b
 		if held, ok = s.bodies.acquire(n, s.o.Limits.BodyWait); !ok {
 			// The body was not read: the connection cannot be reused.
 			ctx.SetConnectionClose()
-			return nil, func() {}, errBusy
+			return nil, noRelease, errBusy
 		}
 	}
 	bufp := bodyPool.Get().(*[]byte)

@@ -363,8 +363,7 @@ func (s *Bolt) checkpoint() error {
 // runtime.Gosched: a yielded goroutine waits in the global run queue, which
 // the scheduler serves before it polls the network, so a checkpoint that
 // yields in a loop keeps the calls waiting on their sockets until sysmon
-// polls (every 10 ms): a trace at 1,000 req/s showed the slowest calls (30
-// ms) each overlapping 10-15 ms of checkpoint. A goroutine asleep on a timer
+// polls (up to 10 ms). A goroutine asleep on a timer
 // is not runnable: the scheduler polls the network, runs the calls it
 // woke, then the checkpoint once the timer is due (on an idle core, within
 // the poller's 1 ms resolution).
