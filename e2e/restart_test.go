@@ -134,4 +134,24 @@ func TestRestartKeepsRuns(t *testing.T) {
 	if rec.AgentSteps != 6 || rec.Status != runstate.CompletedWithDegradation || len(last.ToolCalls) != 0 {
 		t.Fatalf("budget reset by the restart? %+v", rec)
 	}
+
+	// Once more, now that the run has ended: a restart leaves ended runs in
+	// the store, yet the run is still found by id, and by lineage when the
+	// conversation goes on (a new task in the same session).
+	if err := p2.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = p2.cmd.Wait()
+	p3 := startBinary(t, bin, up.URL, dir)
+	getJSON(t, "http://"+p3.admin+"/api/v1/runs/"+runID, &rec)
+	if rec.AgentSteps != 6 || rec.Status != runstate.CompletedWithDegradation {
+		t.Fatalf("ended run after the second restart: %+v", rec)
+	}
+	calls := m.count()
+	msgs = append(msgs, openai.UserMessage("Anything else?"))
+	id7, _ := step(p3.data) // a new task in the conversation: a new run, found through the old one's lineage
+	getJSON(t, "http://"+p3.admin+"/api/v1/runs/"+id7, &rec)
+	if id7 == runID || rec.SessionID != "s-"+runID || m.count() != calls+1 {
+		t.Fatalf("new task after the restart: run %s (was %s), session %q, upstream calls %d → %d", id7, runID, rec.SessionID, calls, m.count())
+	}
 }

@@ -123,7 +123,7 @@ func (p *Pipeline) govern(ctx context.Context, r *runstate.Run, call *Call) (*go
 
 	g := &governance{runID: []byte(r.ID), limits: limits, term: term, loop: loop}
 	lim := enforcedOnly(granted.Vector, term)
-	g.ledger = "run:" + r.ID
+	g.ledger = runLedgerPrefix + r.ID
 	g.ledgers = []string{g.ledger}
 	specs := []accounting.LedgerSpec{{Key: g.ledger, Limit: lim, FinalReserve: finalReserve(lim, limits.FinalReserve)}}
 	g.budgeted = lim.Tokens > 0 || lim.Cost > 0 || lim.OutputTokens > 0 || lim.InputTokens > 0

@@ -3,11 +3,14 @@ package pipeline
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
 	"github.com/haltline/haltline/policy"
+	"github.com/haltline/haltline/runstate"
 	"github.com/haltline/haltline/store"
 	"github.com/haltline/haltline/wire/openai"
 )
@@ -65,6 +68,71 @@ func TestEncodeRunMatchesTheBlob(t *testing.T) {
 	}
 	if g.static == nil {
 		t.Fatal("the fixed part was not kept")
+	}
+}
+
+// decode (goccy) reads a run's snapshot and timeline into the same values
+// as encoding/json: a run ended by a line, with shadow hits, a last action,
+// tool calls outstanding, tool state, its loop guard and context state.
+func TestDecodeMatchesEncodingJSON(t *testing.T) {
+	st, err := store.OpenBoltWith(t.TempDir(), store.BoltOptions{CheckpointEvery: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	pol, err := policy.New(context.Background(), policy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := New(Options{Policy: pol, Store: st})
+	ctx := context.Background()
+	const id = "dec<&>\u2028"
+	for k := range 3 {
+		body := fmt.Appendf(nil, `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"step %d \u00e9\ud83d\ude00"}]}`, k)
+		resp := fmt.Appendf(nil, `{"id":"chatcmpl-%d","object":"chat.completion","created":1,"model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"call_%d","type":"function","function":{"name":"search","arguments":"{\"q\":%d}"}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":100,"completion_tokens":10,"total_tokens":110}}`, k, k, k)
+		tr := p.Begin(ctx, &Call{Body: body, RunID: id, RunBudget: "max_steps=2"}, openai.Chat{})
+		if tr.Answer == nil {
+			p.Finish(ctx, tr, Outcome{Status: 200, Body: resp})
+		}
+	}
+	r := p.runs.Get(id)
+	r.Mu.Lock()
+	g := govOf(r)
+	r.WouldTerminate = append(r.WouldTerminate, runstate.ShadowHit{Line: "stalled", Step: 2, Evidence: "a b"})
+	r.LastAction = &runstate.Action{Tool: "search", ArgumentsHash: "abc"}
+	g.tools = &toolState{Uses: map[string]int64{"search": 3}, PausedAt: time.Unix(1700000000, 5).UTC()}
+	run := r.Export(p.now())
+	snap, err := encodeRun(&run, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	events, err := encode(r.Events)
+	r.Mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if run.Termination == nil || len(run.Outstanding) == 0 || len(r.Events) < 5 {
+		t.Fatalf("setup: termination %v, outstanding %d, events %d", run.Termination, len(run.Outstanding), len(r.Events))
+	}
+	var fast, std runBlob
+	if err := decode(snap, &fast); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(snap, &std); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(fast, std) {
+		t.Fatalf("snapshot decoded differently:\n goccy %+v\n std   %+v", fast, std)
+	}
+	var fastEv, stdEv []runstate.Event
+	if err := decode(events, &fastEv); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(events, &stdEv); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(fastEv, stdEv) {
+		t.Fatalf("events decoded differently:\n goccy %+v\n std   %+v", fastEv, stdEv)
 	}
 }
 

@@ -2,7 +2,6 @@ package pipeline
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	"github.com/haltline/haltline/runstate"
@@ -37,7 +36,7 @@ func (p *Pipeline) refresh(r *runstate.Run) error {
 		return err
 	}
 	var b runBlob
-	if err := json.Unmarshal(v, &b); err != nil {
+	if err := decode(v, &b); err != nil {
 		return fmt.Errorf("run %s: %w", r.ID, err)
 	}
 	if g := govOf(r); g != nil && b.Version <= g.version {
@@ -85,7 +84,7 @@ func (p *Pipeline) getRun(id string) (*runstate.Run, error) {
 		return nil, err
 	}
 	var b runBlob
-	if err := json.Unmarshal(v, &b); err != nil {
+	if err := decode(v, &b); err != nil {
 		return nil, fmt.Errorf("run %s: %w", id, err)
 	}
 	var events []runstate.Event
@@ -175,7 +174,7 @@ func (p *Pipeline) Records(f runstate.Filter) ([]runstate.Record, error) {
 			return nil
 		}
 		var b runBlob
-		if err := json.Unmarshal(v, &b); err != nil {
+		if err := decode(v, &b); err != nil {
 			return nil // a record that cannot be read is skipped, not fatal
 		}
 		rec := runstate.Restore(b.Run, nil, now).Snapshot(now)

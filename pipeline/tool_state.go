@@ -258,12 +258,13 @@ type blobRecord struct {
 	Text  string `json:"text"`
 }
 
-// restoreTools loads approvals, stored results and blobs into the restored
-// runs' governance.
+// restoreTools loads approvals, stored results and blobs into their runs'
+// governance, bringing back from the store the ended runs that hold some
+// (tool state is read from memory only).
 func (p *Pipeline) restoreTools(st store.Store) error {
 	withRun := func(id string, fn func(ts *toolState)) {
-		r := p.runs.Get(id)
-		if r == nil {
+		r, err := p.getRun(id)
+		if r == nil || err != nil {
 			return
 		}
 		r.Mu.Lock()

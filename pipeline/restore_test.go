@@ -1,0 +1,124 @@
+package pipeline_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/haltline/haltline/accounting"
+	"github.com/haltline/haltline/pipeline"
+	"github.com/haltline/haltline/policy"
+	"github.com/haltline/haltline/runstate"
+	"github.com/haltline/haltline/store"
+	"github.com/haltline/haltline/wire/openai"
+)
+
+// boltPipeline is a pipeline on the bbolt store in dir, with the
+// default policies and a settable clock.
+func boltPipeline(t *testing.T, dir string, now func() time.Time) (*pipeline.Pipeline, *store.Bolt) {
+	t.Helper()
+	st, err := store.OpenBolt(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol, err := policy.New(context.Background(), policy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pipeline.New(pipeline.Options{Policy: pol, Store: st, Now: now}), st
+}
+
+// A restart loads the runs that can still move, and the ended runs that
+// hold tool state; every other ended run stays in the store, and is found
+// there as if it had never left memory: by id (its record, timeline and
+// termination answer, its ledger not reset) and by lineage.
+func TestRestoreLeavesEndedRunsInTheStore(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	clock := time.Unix(1_800_000_000, 0)
+	now := func() time.Time { return clock }
+	ctx := context.Background()
+	p, st := boltPipeline(t, dir, now)
+	body := []byte(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Do the task."}],"tools":[{"type":"function","function":{"name":"read","parameters":{"type":"object"}}}]}`)
+	call := func(p *pipeline.Pipeline, runID, budget string, echo bool, answer string) *pipeline.Turn {
+		t.Helper()
+		b := body
+		if echo { // the agent sends back the tool call it was asked for
+			b = []byte(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Do the task."},{"role":"assistant","content":null,"tool_calls":[{"id":"call_x","type":"function","function":{"name":"read","arguments":"{\"page\":1}"}}]},{"role":"tool","tool_call_id":"call_x","content":"page one"}],"tools":[{"type":"function","function":{"name":"read","parameters":{"type":"object"}}}]}`)
+		}
+		turn := p.Begin(ctx, &pipeline.Call{Body: b, RunID: runID, RunBudget: budget}, openai.Chat{})
+		if turn.Answer == nil {
+			p.Finish(ctx, turn, pipeline.Outcome{Status: 200, Body: []byte(answer)})
+		}
+		return turn
+	}
+	// ended: one step, then its max_steps line ends it (wrapped up: the
+	// default mode is finalize); its tool call id is a lineage key. live:
+	// one step, a tool call outstanding. held: ended, with an approval
+	// ticket.
+	call(p, "r-ended", "max_steps=1", false, toolResponse)
+	if turn := call(p, "r-ended", "", false, toolResponse); turn.Answer == nil {
+		t.Fatal("the second step of a max_steps=1 run was forwarded")
+	}
+	call(p, "r-live", "max_steps=2", false, `{"id":"chatcmpl-3","object":"chat.completion","created":1,"model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"call_live","type":"function","function":{"name":"read","arguments":"{}"}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":10,"completion_tokens":5,"total_tokens":15}}`)
+	call(p, "r-held", "", false, finalResponse)
+	ticket, _ := json.Marshal(pipeline.Approval{Ticket: "t-held", RunID: "r-held", Tool: "delete_file", Status: "pending",
+		Created: clock, Expires: clock.Add(time.Hour)})
+	if err := <-st.Apply([]store.Op{{Bucket: store.Approvals, Key: []byte("t-held"), Value: ticket}}); err != nil {
+		t.Fatal(err)
+	}
+	before, _, _ := p.Record("r-ended")
+	if !before.Status.Final() || before.Reason != runstate.ReasonMaxSteps || before.AgentSteps != 1 {
+		t.Fatalf("setup: %+v", before)
+	}
+	st.Close()
+
+	p2, st2 := boltPipeline(t, dir, now)
+	defer st2.Close()
+	n, err := p2.Restore(ctx)
+	if err != nil || n != 1 {
+		t.Fatalf("restored %d runs, err %v; want the live one", n, err)
+	}
+	if p2.Runs().Get("r-live") == nil || p2.Runs().Get("r-ended") != nil {
+		t.Fatalf("in memory: live %v, ended %v", p2.Runs().Get("r-live") != nil, p2.Runs().Get("r-ended") != nil)
+	}
+	if p2.Runs().Get("r-held") == nil || len(p2.Approvals(pipeline.ApprovalFilter{RunID: "r-held"})) != 1 {
+		t.Fatal("the ended run holding an approval ticket was not brought back with it")
+	}
+	// By lineage: the echoed tool call of the ended run finds it in the
+	// store, and it answers with its termination instead of starting afresh.
+	turn := call(p2, "", "", true, toolResponse)
+	if turn.RunID() != "r-ended" || turn.Answer == nil {
+		t.Fatalf("lineage: run %q, answered by the gateway %v", turn.RunID(), turn.Answer != nil)
+	}
+	rec, ok, err := p2.Record("r-ended")
+	if err != nil || !ok || rec.Status != before.Status || rec.AgentSteps != 1 || rec.Reason != runstate.ReasonMaxSteps {
+		t.Fatalf("record after restart: %+v %v %v", rec, ok, err)
+	}
+	if evs, ok, err := p2.Events("r-ended"); err != nil || !ok || len(evs) == 0 {
+		t.Fatalf("timeline after restart: %d events %v %v", len(evs), ok, err)
+	}
+	// Its ledger came back with it: resumed with one more step, it has one
+	// step (not two) left, since the one it took is still spent.
+	if _, err := p2.Resume("r-ended", rec.ResumeToken, accounting.Budget{Vector: accounting.Vector{Steps: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if turn := call(p2, "r-ended", "", false, toolResponse); turn.Answer != nil {
+		t.Fatalf("the resumed run's next step was refused: %s", turn.Answer.Body)
+	}
+	if turn := call(p2, "r-ended", "", false, toolResponse); turn.Answer == nil {
+		t.Fatal("the resumed run took a third step: its ledger was reset by the restart")
+	}
+	// The live run goes on from its counters and its ledger: its second
+	// step is its last.
+	if turn := call(p2, "r-live", "", false, toolResponse); turn.Answer != nil {
+		t.Fatalf("the live run's second step was refused: %s", turn.Answer.Body)
+	}
+	if turn := call(p2, "r-live", "", false, toolResponse); turn.Answer == nil {
+		t.Fatal("the live run took a third step of two: its ledger was reset by the restart")
+	}
+	if rec, _, _ := p2.Record("r-live"); rec.AgentSteps != 2 {
+		t.Fatalf("live run after restart: %+v", rec)
+	}
+}
