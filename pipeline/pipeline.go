@@ -226,6 +226,7 @@ func (p *Pipeline) RunSweeper(ctx context.Context, every time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			p.endOverdue(p.now())
 			p.evictEnded(p.now())
 			p.retryDeferred(ctx)
 			p.SweepLeases()

@@ -218,6 +218,27 @@ func (g *Registry) Ended(cutoff time.Time) []*Run {
 	return out
 }
 
+// Overdue returns the runs whose deadline has passed with nothing in
+// flight: an agent that went away leaves its run waiting for a call that
+// never comes.
+func (g *Registry) Overdue(now time.Time) []*Run {
+	var out []*Run
+	for i := range g.sh {
+		s := &g.sh[i]
+		s.mu.RLock()
+		for _, r := range s.runs {
+			if r.Mu.TryLock() {
+				if !r.State.Final() && r.Inflight == 0 && r.DeadlineMs > 0 && r.Remaining(now) <= 0 {
+					out = append(out, r)
+				}
+				r.Mu.Unlock()
+			}
+		}
+		s.mu.RUnlock()
+	}
+	return out
+}
+
 // Len is the number of runs in memory.
 func (g *Registry) Len() int {
 	n := 0

@@ -1,0 +1,54 @@
+package pipeline_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/haltline/haltline/pipeline"
+	"github.com/haltline/haltline/runstate"
+	"github.com/haltline/haltline/wire/openai"
+)
+
+// A run whose agent went away ends at its deadline, by the sweeper, with
+// the record its next call would have given it, and then leaves memory.
+func TestOverdueRunsEndAtTheirDeadline(t *testing.T) {
+	t.Parallel()
+	clock := time.Unix(1_800_000_000, 0)
+	now := func() time.Time { return clock }
+	p, st := boltPipeline(t, t.TempDir(), now)
+	defer st.Close()
+	ctx := context.Background()
+	body := []byte(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Do the task."}]}`)
+	for _, c := range []struct{ id, budget string }{{"r-gone", "deadline_ms=60000"}, {"r-slow", "deadline_ms=600000"}} {
+		turn := p.Begin(ctx, &pipeline.Call{Body: body, RunID: c.id, RunBudget: c.budget}, openai.Chat{})
+		p.Finish(ctx, turn, pipeline.Outcome{Status: 200, Body: []byte(toolResponse)})
+	}
+	// One call in flight past its deadline is left to its own end.
+	inflight := p.Begin(ctx, &pipeline.Call{Body: body, RunID: "r-busy", RunBudget: "deadline_ms=60000"}, openai.Chat{})
+	if n := p.EndOverdue(); n != 0 {
+		t.Fatalf("ended %d runs before any deadline", n)
+	}
+	clock = clock.Add(61 * time.Second)
+	if n := p.EndOverdue(); n != 1 {
+		t.Fatalf("ended %d runs, want r-gone", n)
+	}
+	rec, _, _ := p.Record("r-gone")
+	if rec.Status != runstate.Terminated || rec.Reason != runstate.ReasonDeadline {
+		t.Fatalf("r-gone: %+v", rec)
+	}
+	for _, id := range []string{"r-slow", "r-busy"} {
+		if rec, _, _ := p.Record(id); rec.Status.Final() {
+			t.Fatalf("%s ended: %+v", id, rec)
+		}
+	}
+	p.Finish(ctx, inflight, pipeline.Outcome{Status: 200, Body: []byte(toolResponse)})
+	// Its next call gets the termination; it leaves memory like any ended run.
+	if turn := p.Begin(ctx, &pipeline.Call{Body: body, RunID: "r-gone"}, openai.Chat{}); turn.Answer == nil {
+		t.Fatal("a call to the overdue run was forwarded")
+	}
+	clock = clock.Add(time.Minute)
+	if p.SweepEnded(); p.Runs().Get("r-gone") != nil {
+		t.Fatal("the ended run stayed in memory")
+	}
+}
