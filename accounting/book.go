@@ -49,6 +49,9 @@ type Book interface {
 	SetLimit(ctx context.Context, key string, limit, finalReserve Vector) error
 	// Sweep releases the holds whose lease ran out.
 	Sweep(ctx context.Context, now time.Time) (int, error)
+	// Forget deletes ledgers for good (runs past the store's retention); a
+	// later Ensure would start them afresh.
+	Forget(ctx context.Context, keys []string) error
 	// Shared reports that the book keeps its own state outside the process
 	// (the pipeline then does not persist ledgers itself).
 	Shared() bool
@@ -105,6 +108,17 @@ func (b *MemBook) Drop(key string) {
 	b.mu.Lock()
 	delete(b.ledgers, key)
 	b.mu.Unlock()
+}
+
+// Forget implements Book: the in-process book only drops them (the
+// pipeline deletes what the store holds of them).
+func (b *MemBook) Forget(_ context.Context, keys []string) error {
+	b.mu.Lock()
+	for _, k := range keys {
+		delete(b.ledgers, k)
+	}
+	b.mu.Unlock()
+	return nil
 }
 
 // Adopt tracks a restored reservation under the lease sweeper.

@@ -98,7 +98,7 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Opt
 	obs := telemetry.NewObserver(metrics, tracer, log)
 	p := pipeline.New(pipeline.Options{
 		Policy: pol, Catalog: catalog, Observer: obs, Logger: log, Store: st, Book: book, RunLock: runLock,
-		UpstreamTimeout: cfg.Limits.UpstreamTimeout, Lease: cfg.Limits.ReservationLease,
+		UpstreamTimeout: cfg.Limits.UpstreamTimeout, Lease: cfg.Limits.ReservationLease, StoreRetention: cfg.Store.Retention,
 		Context: &contextmgr.Rewriter{},
 	})
 	if err := telemetry.RegisterRunStates(reg, p.Runs().Count); err != nil {

@@ -132,6 +132,9 @@ type Store struct {
 	Sync string `yaml:"sync"`
 	// SyncInterval is the fsync period of "interval" (default 100ms).
 	SyncInterval time.Duration `yaml:"sync_interval"`
+	// Retention is how long a run is kept after it ended (default 720h,
+	// 30 days); 0 keeps every run.
+	Retention time.Duration `yaml:"retention"`
 }
 
 // Limits bound sizes and waits.
@@ -168,7 +171,7 @@ func Default() Config {
 			OpenAI:    Provider{BaseURL: "https://api.openai.com", APIKeyEnv: "OPENAI_API_KEY"},
 			Anthropic: Provider{BaseURL: "https://api.anthropic.com", APIKeyEnv: "ANTHROPIC_API_KEY"},
 		},
-		Store: Store{DataDir: "./haltline-data", Sync: "interval", SyncInterval: 100 * time.Millisecond},
+		Store: Store{DataDir: "./haltline-data", Sync: "interval", SyncInterval: 100 * time.Millisecond, Retention: 720 * time.Hour},
 		Limits: Limits{
 			MaxBodyBytes:         32 << 20,
 			MaxBodyBytesInFlight: 256 << 20,
@@ -290,6 +293,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Store.SyncInterval < 0 {
 		errs = append(errs, errors.New("store.sync_interval: must be positive"))
+	}
+	if c.Store.Retention < 0 || (c.Store.Retention > 0 && c.Store.Retention < time.Hour) {
+		errs = append(errs, errors.New("store.retention: must be 0 (keep every run) or at least 1h"))
 	}
 	if c.Limits.MaxBodyBytes <= 0 {
 		errs = append(errs, errors.New("limits.max_body_bytes: must be positive"))

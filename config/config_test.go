@@ -64,6 +64,7 @@ tools:
 virtual_keys:
   sk-red-1: {tenant: acme, team: red, user: alice}
 limits: {upstream_timeout: 45s}
+store: {retention: 168h}
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -81,6 +82,12 @@ limits: {upstream_timeout: 45s}
 	if c.Limits.UpstreamTimeout != 45*time.Second || c.Limits.MaxBodyBytes != 32<<20 {
 		t.Fatalf("limits %+v", c.Limits)
 	}
+	if c.Store.Retention != 7*24*time.Hour || c.Store.DataDir != "./haltline-data" {
+		t.Fatalf("store %+v", c.Store)
+	}
+	if Default().Store.Retention != 30*24*time.Hour {
+		t.Fatalf("default retention %v", Default().Store.Retention)
+	}
 }
 
 func TestValidateReportsEverything(t *testing.T) {
@@ -92,11 +99,12 @@ func TestValidateReportsEverything(t *testing.T) {
 	c.VirtualKeys = map[string]Principal{"sk-secret-key": {}}
 	c.Store.Sync = "sometimes"
 	c.Store.SyncInterval = -time.Second
+	c.Store.Retention = 10 * time.Minute
 	err := c.Validate()
 	if err == nil {
 		t.Fatal("want errors")
 	}
-	for _, want := range []string{"listen", "providers.openai.base_url", "tools.t", "virtual_keys.sk-sec", "store.sync:", "store.sync_interval"} {
+	for _, want := range []string{"listen", "providers.openai.base_url", "tools.t", "virtual_keys.sk-sec", "store.sync:", "store.sync_interval", "store.retention"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("missing %q in %v", want, err)
 		}

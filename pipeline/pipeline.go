@@ -128,8 +128,11 @@ type Options struct {
 	// the model's window (a template: its Blob is set per run).
 	Context *contextmgr.Rewriter
 	// EndedRetention is how long an ended run stays in memory when a store
-	// holds it (default 2 minutes); later calls load it back.
+	// holds it (default 30 s); later calls load it back.
 	EndedRetention time.Duration
+	// StoreRetention is how long the store keeps a run after it ended
+	// (SweepStored); 0 keeps every run.
+	StoreRetention time.Duration
 	Logger         *slog.Logger
 	// UpstreamTimeout is the configured bound of one upstream call.
 	UpstreamTimeout time.Duration
@@ -161,6 +164,8 @@ type Pipeline struct {
 
 	// recs indexes the runs recorded for replay (record.go).
 	recs recordings
+	// retain paces the store's retention sweeps (retain.go).
+	retain retention
 }
 
 // New builds a pipeline.
@@ -231,6 +236,9 @@ func (p *Pipeline) RunSweeper(ctx context.Context, every time.Duration) {
 			p.retryDeferred(ctx)
 			p.SweepLeases()
 			p.SweepRecordings(false)
+			if _, err := p.SweepStored(false); err != nil {
+				p.log.Warn("deleting stored runs past retention failed", "err", err)
+			}
 		}
 	}
 }

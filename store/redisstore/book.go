@@ -278,6 +278,21 @@ func (b *Book) Sweep(ctx context.Context, now time.Time) (int, error) {
 	}
 }
 
+// Forget implements accounting.Book.
+func (b *Book) Forget(ctx context.Context, keys []string) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	full := make([]string, len(keys))
+	for i, k := range keys {
+		full[i] = b.ledgerKey(k)
+	}
+	if err := b.rdb.Del(ctx, full...).Err(); err != nil {
+		return fmt.Errorf("redis book: forget: %w", err)
+	}
+	return nil
+}
+
 // SetLimit implements accounting.Book; a missing ledger stays missing.
 func (b *Book) SetLimit(ctx context.Context, key string, limit, finalReserve accounting.Vector) error {
 	args := make([]any, 0, 12)

@@ -773,3 +773,35 @@ func TestMatchesMemBook(t *testing.T) {
 		}
 	}
 }
+
+// Forget deletes the ledgers named, and only them: a later Ensure starts
+// one afresh, another replica no longer sees it.
+func TestForget(t *testing.T) {
+	t.Parallel()
+	a, b, _ := openPair(t)
+	ensure(t, a,
+		accounting.LedgerSpec{Key: "run:old", Limit: accounting.Vector{Steps: 10}},
+		accounting.LedgerSpec{Key: "run:new", Limit: accounting.Vector{Steps: 10}})
+	for _, key := range []string{"run:old", "run:new"} {
+		h := mustReserve(t, a, []string{key}, accounting.Vector{Steps: 1}, false, time.Minute, t0)
+		if err := a.Settle(ctx, h, accounting.Vector{Steps: 1}, t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.Forget(ctx, []string{"run:old", "run:never"}); err != nil {
+		t.Fatal(err)
+	}
+	if limit, spent, _ := snapshot(t, b, "run:old", t0); !limit.IsZero() || !spent.IsZero() {
+		t.Fatalf("forgotten ledger still read: limit %+v spent %+v", limit, spent)
+	}
+	if _, spent, _ := snapshot(t, b, "run:new", t0); spent.Steps != 1 {
+		t.Fatalf("the other ledger: spent %+v", spent)
+	}
+	ensure(t, b, accounting.LedgerSpec{Key: "run:old", Limit: accounting.Vector{Steps: 3}})
+	if limit, spent, _ := snapshot(t, a, "run:old", t0); limit.Steps != 3 || spent.Steps != 0 {
+		t.Fatalf("ensured again: limit %+v spent %+v", limit, spent)
+	}
+	if err := a.Forget(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+}
