@@ -15,19 +15,26 @@ import (
 	"github.com/haltline/haltline/wire/openai"
 )
 
-// encodeRun writes the same bytes as encoding the whole runBlob: restores,
-// replicas and older readers decode it as before.
-func TestEncodeRunMatchesTheBlob(t *testing.T) {
+// storedPipeline is a pipeline with the default policies on a bbolt store
+// that does not checkpoint during a test.
+func storedPipeline(t *testing.T) *Pipeline {
+	t.Helper()
 	st, err := store.OpenBoltWith(t.TempDir(), store.BoltOptions{CheckpointEvery: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
+	t.Cleanup(func() { st.Close() })
 	pol, err := policy.New(context.Background(), policy.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := New(Options{Policy: pol, Store: st})
+	return New(Options{Policy: pol, Store: st})
+}
+
+// encodeRun writes the same bytes as encoding the whole runBlob: restores,
+// replicas and older readers decode it as before.
+func TestEncodeRunMatchesTheBlob(t *testing.T) {
+	p := storedPipeline(t)
 	ctx := context.Background()
 	for k := range 3 {
 		body := fmt.Appendf(nil, `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"step %d"}]}`, k)
@@ -75,16 +82,7 @@ func TestEncodeRunMatchesTheBlob(t *testing.T) {
 // as encoding/json: a run ended by a line, with shadow hits, a last action,
 // tool calls outstanding, tool state, its loop guard and context state.
 func TestDecodeMatchesEncodingJSON(t *testing.T) {
-	st, err := store.OpenBoltWith(t.TempDir(), store.BoltOptions{CheckpointEvery: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	pol, err := policy.New(context.Background(), policy.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := New(Options{Policy: pol, Store: st})
+	p := storedPipeline(t)
 	ctx := context.Background()
 	const id = "dec<&>\u2028"
 	for k := range 3 {

@@ -201,34 +201,30 @@ func (g *Registry) Remove(id string, keys []string) {
 // Ended returns the runs that ended before cutoff and have nothing in
 // flight: candidates to leave memory.
 func (g *Registry) Ended(cutoff time.Time) []*Run {
-	var out []*Run
-	for i := range g.sh {
-		s := &g.sh[i]
-		s.mu.RLock()
-		for _, r := range s.runs {
-			if r.Mu.TryLock() {
-				if r.State.Final() && r.Inflight == 0 && !r.Ended.IsZero() && r.Ended.Before(cutoff) {
-					out = append(out, r)
-				}
-				r.Mu.Unlock()
-			}
-		}
-		s.mu.RUnlock()
-	}
-	return out
+	return g.collect(func(r *Run) bool {
+		return r.State.Final() && r.Inflight == 0 && !r.Ended.IsZero() && r.Ended.Before(cutoff)
+	})
 }
 
 // Overdue returns the runs whose deadline has passed with nothing in
 // flight: an agent that went away leaves its run waiting for a call that
 // never comes.
 func (g *Registry) Overdue(now time.Time) []*Run {
+	return g.collect(func(r *Run) bool {
+		return !r.State.Final() && r.Inflight == 0 && r.DeadlineMs > 0 && r.Remaining(now) <= 0
+	})
+}
+
+// collect returns the runs keep reports, asked under each run's lock; a
+// run whose lock is held (a call at work on it) is skipped.
+func (g *Registry) collect(keep func(r *Run) bool) []*Run {
 	var out []*Run
 	for i := range g.sh {
 		s := &g.sh[i]
 		s.mu.RLock()
 		for _, r := range s.runs {
 			if r.Mu.TryLock() {
-				if !r.State.Final() && r.Inflight == 0 && r.DeadlineMs > 0 && r.Remaining(now) <= 0 {
+				if keep(r) {
 					out = append(out, r)
 				}
 				r.Mu.Unlock()
