@@ -52,3 +52,38 @@ func TestOverdueRunsEndAtTheirDeadline(t *testing.T) {
 		t.Fatal("the ended run stayed in memory")
 	}
 }
+
+// A run restored in the middle of a model call (its process died with the
+// call) has nothing in flight here, but its stored state says a call was:
+// with several replicas that call may be another's, so the run waits out
+// the upstream timeout past its deadline before the sweeper ends it.
+func TestOverdueRunCaughtInACallWaitsOutTheUpstreamTimeout(t *testing.T) {
+	t.Parallel()
+	clock := time.Unix(1_800_000_000, 0)
+	now := func() time.Time { return clock }
+	dir := t.TempDir()
+	p, st := boltPipeline(t, dir, now)
+	ctx := context.Background()
+	body := []byte(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Do the task."}]}`)
+	if turn := p.Begin(ctx, &pipeline.Call{Body: body, RunID: "r-cut", RunBudget: "deadline_ms=60000"}, openai.Chat{}); turn.Answer != nil {
+		t.Fatalf("refused: %s", turn.Answer.Body)
+	}
+	st.Close() // the process dies with the call in flight
+
+	p2, st2 := boltPipeline(t, dir, now)
+	defer st2.Close()
+	if _, err := p2.Restore(ctx); err != nil {
+		t.Fatal(err)
+	}
+	clock = clock.Add(2 * time.Minute) // past the deadline, within the upstream timeout (10 min)
+	if n := p2.EndOverdue(); n != 0 {
+		t.Fatalf("ended %d runs while a call may still be in flight", n)
+	}
+	clock = clock.Add(10 * time.Minute)
+	if n := p2.EndOverdue(); n != 1 {
+		t.Fatalf("ended %d runs, want r-cut", n)
+	}
+	if rec, _, _ := p2.Record("r-cut"); rec.Status != runstate.Terminated || rec.Reason != runstate.ReasonDeadline {
+		t.Fatalf("r-cut: %+v", rec)
+	}
+}
