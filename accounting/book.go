@@ -113,11 +113,9 @@ func (b *MemBook) Drop(key string) {
 // Forget implements Book: the in-process book only drops them (the
 // pipeline deletes what the store holds of them).
 func (b *MemBook) Forget(_ context.Context, keys []string) error {
-	b.mu.Lock()
 	for _, k := range keys {
-		delete(b.ledgers, k)
+		b.Drop(k)
 	}
-	b.mu.Unlock()
 	return nil
 }
 
