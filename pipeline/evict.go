@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"encoding/json"
+	"slices"
 	"time"
 
 	"github.com/haltline/haltline/accounting"
@@ -10,9 +11,10 @@ import (
 
 // evictEnded takes runs that ended more than EndedRetention ago out of
 // memory: with a store they live on there (a later call, a record request
-// or a resume loads them back), and memory stays proportional to the runs
-// in progress rather than to every run ever seen. Runs holding tool state
-// (approvals, stored results, blobs) stay: that state is read from memory.
+// or a resume loads them back, with their stored tool results; a blob is
+// read from the store), and memory stays proportional to the runs in
+// progress rather than to every run ever seen. Runs holding approval
+// tickets stay: tickets are read from memory.
 func (p *Pipeline) evictEnded(now time.Time) int {
 	if p.opts.Store == nil {
 		return 0 // memory is the only home of runs
@@ -22,11 +24,17 @@ func (p *Pipeline) evictEnded(now time.Time) int {
 		r.Mu.Lock()
 		g := govOf(r)
 		keep := !r.State.Final() || r.Inflight > 0 || (g != nil && (len(g.pending) > 0 ||
-			(g.tools != nil && (len(g.tools.blobs) > 0 || len(g.tools.approvals) > 0 || len(g.tools.idem) > 0))))
+			(g.tools != nil && len(g.tools.approvals) > 0)))
 		var keys []string
 		var ledger string
 		if g != nil {
 			keys, ledger = g.keys, g.ledger
+			if !keep && g.tools != nil && len(g.tools.blobs) > 0 {
+				keys = slices.Clone(keys)
+				for handle := range g.tools.blobs {
+					keys = append(keys, keyBlob+handle)
+				}
+			}
 		}
 		r.Mu.Unlock()
 		if keep {

@@ -93,6 +93,9 @@ func (p *Pipeline) getRun(id string) (*runstate.Run, error) {
 	}
 	r := runstate.Restore(b.Run, events, p.now())
 	g := p.governanceOf(&b)
+	if err := p.loadStoredResults(g, id); err != nil {
+		return nil, err
+	}
 	r.Ext = g
 	if existing, created := p.runs.Adopt(r); !created {
 		return existing, nil

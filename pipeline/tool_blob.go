@@ -79,23 +79,34 @@ func (p *Pipeline) keepBlob(r *runstate.Run, g *governance, ts *toolState, text 
 }
 
 // Blob returns the full text of a cut result. runID may be "" when only
-// the handle is known (the read tool).
+// the handle is known (the read tool). A run in memory holds its blobs;
+// once it has left, the store does.
 func (p *Pipeline) Blob(runID, handle string) (string, error) {
-	r := p.runs.Lookup(keyBlob + handle)
-	if r == nil || (runID != "" && r.ID != runID) {
+	if r := p.runs.Lookup(keyBlob + handle); r != nil {
+		if runID != "" && r.ID != runID {
+			return "", ErrNoBlob
+		}
+		r.Mu.Lock()
+		defer r.Mu.Unlock()
+		if g := govOf(r); g != nil && g.tools != nil {
+			if text, ok := g.tools.blobs[handle]; ok {
+				return text, nil
+			}
+		}
 		return "", ErrNoBlob
 	}
-	r.Mu.Lock()
-	defer r.Mu.Unlock()
-	g := govOf(r)
-	if g == nil || g.tools == nil {
+	if p.opts.Store == nil {
 		return "", ErrNoBlob
 	}
-	text, ok := g.tools.blobs[handle]
-	if !ok {
+	v, err := p.opts.Store.Get(store.Blobs, []byte(handle))
+	if err != nil {
+		return "", err
+	}
+	var b blobRecord
+	if v == nil || json.Unmarshal(v, &b) != nil || (runID != "" && b.RunID != runID) {
 		return "", ErrNoBlob
 	}
-	return text, nil
+	return b.Text, nil
 }
 
 func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }

@@ -259,12 +259,13 @@ type blobRecord struct {
 }
 
 // restoreTools loads approvals, stored results and blobs into their runs'
-// governance, bringing back from the store the ended runs that hold some
-// (tool state is read from memory only).
+// governance. Approval tickets bring their run back from the store (a run
+// holding tickets stays in memory: they are read from there); stored
+// results and blobs go to runs in memory only, since a run loaded later
+// reads its own (loadStoredResults, Blob).
 func (p *Pipeline) restoreTools(st store.Store) error {
-	withRun := func(id string, fn func(ts *toolState)) {
-		r, err := p.getRun(id)
-		if r == nil || err != nil {
+	withRun := func(r *runstate.Run, fn func(ts *toolState)) {
+		if r == nil {
 			return
 		}
 		r.Mu.Lock()
@@ -278,7 +279,11 @@ func (p *Pipeline) restoreTools(st store.Store) error {
 		if json.Unmarshal(v, &a) != nil {
 			return nil
 		}
-		withRun(a.RunID, func(ts *toolState) { ts.approvals[a.Ticket] = &a })
+		r, err := p.getRun(a.RunID)
+		if err != nil {
+			return nil
+		}
+		withRun(r, func(ts *toolState) { ts.approvals[a.Ticket] = &a })
 		p.runs.Index(keyTicket+a.Ticket, a.RunID)
 		return nil
 	})
@@ -286,15 +291,9 @@ func (p *Pipeline) restoreTools(st store.Store) error {
 		return err
 	}
 	err = st.Scan(store.Idempotency, func(k, v []byte) error {
-		i := indexByte(k, 0)
-		if i < 0 {
-			return nil
+		if runID, key, res, ok := storedResult(k, v); ok {
+			withRun(p.runs.Get(runID), func(ts *toolState) { ts.idem[key] = res })
 		}
-		var res StoredResult
-		if json.Unmarshal(v, &res) != nil {
-			return nil
-		}
-		withRun(string(k[:i]), func(ts *toolState) { ts.idem[string(k[i+1:])] = &res })
 		return nil
 	})
 	if err != nil {
@@ -305,8 +304,35 @@ func (p *Pipeline) restoreTools(st store.Store) error {
 		if json.Unmarshal(v, &b) != nil {
 			return nil
 		}
-		withRun(b.RunID, func(ts *toolState) { ts.blobs[string(k)] = b.Text })
-		p.runs.Index(keyBlob+string(k), b.RunID)
+		if r := p.runs.Get(b.RunID); r != nil {
+			withRun(r, func(ts *toolState) { ts.blobs[string(k)] = b.Text })
+			p.runs.Index(keyBlob+string(k), b.RunID)
+		}
+		return nil
+	})
+}
+
+// storedResult reads an idempotency record (run id \x00 call key → result).
+func storedResult(k, v []byte) (runID, key string, res *StoredResult, ok bool) {
+	i := indexByte(k, 0)
+	if i < 0 {
+		return "", "", nil, false
+	}
+	res = &StoredResult{}
+	if json.Unmarshal(v, res) != nil {
+		return "", "", nil, false
+	}
+	return string(k[:i]), string(k[i+1:]), res, true
+}
+
+// loadStoredResults puts a run's stored tool results back into its tool
+// state when the run comes back from the store: a repeated call of a
+// resumed run is still answered from them, never executed twice.
+func (p *Pipeline) loadStoredResults(g *governance, runID string) error {
+	return p.opts.Store.ScanPrefix(store.Idempotency, idemStoreKey(runID, ""), func(k, v []byte) error {
+		if _, key, res, ok := storedResult(k, v); ok {
+			g.toolState().idem[key] = res
+		}
 		return nil
 	})
 }

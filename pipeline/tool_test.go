@@ -6,12 +6,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/haltline/haltline/accounting"
 	"github.com/haltline/haltline/pipeline"
 	"github.com/haltline/haltline/policy"
 	"github.com/haltline/haltline/runstate"
+	"github.com/haltline/haltline/store"
+	"github.com/haltline/haltline/wire/openai"
 )
 
 func toolPipeline(t testing.TB, now func() time.Time) *pipeline.Pipeline {
+	return toolPipelineOn(t, now, nil)
+}
+
+// toolPipelineOn is toolPipeline persisting to st (nil: memory only).
+func toolPipelineOn(t testing.TB, now func() time.Time, st store.Store) *pipeline.Pipeline {
 	t.Helper()
 	pol, err := policy.New(context.Background(), policy.Options{Data: map[string]any{"tools": map[string]any{
 		"fs": map[string]any{"read": map[string]any{"level": "L0"}, "write": map[string]any{"level": "L1"},
@@ -19,7 +27,7 @@ func toolPipeline(t testing.TB, now func() time.Time) *pipeline.Pipeline {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := pipeline.New(pipeline.Options{Policy: pol, Now: now})
+	p := pipeline.New(pipeline.Options{Policy: pol, Now: now, Store: st})
 	p.ToolRegistry().Declare("fs", "read", "L0", 0)
 	p.ToolRegistry().Declare("fs", "write", "L1", 0)
 	p.ToolRegistry().Declare("fs", "delete", "L2", 0)
@@ -171,5 +179,58 @@ func BenchmarkToolGatesL0(b *testing.B) {
 				bc.p.FinishTool(ctx, tt, out)
 			}
 		})
+	}
+}
+
+// A run that used tools leaves memory once it has ended, like any other:
+// its cut results are read from the store, and, resumed, it answers a
+// repeated write from the result it stored instead of executing it again.
+func TestEndedRunWithToolStateLeavesMemory(t *testing.T) {
+	t.Parallel()
+	st, err := store.OpenBolt(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	clock := time.Unix(1_800_000_000, 0)
+	p := toolPipelineOn(t, func() time.Time { return clock }, st)
+	ctx := context.Background()
+	model := func() *pipeline.Turn {
+		turn := p.Begin(ctx, &pipeline.Call{Body: []byte(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Do it."}]}`),
+			RunID: "r-tools", RunBudget: "max_steps=2"}, openai.Chat{})
+		if turn.Answer == nil {
+			p.Finish(ctx, turn, pipeline.Outcome{Status: 200, Body: []byte(toolResponse)})
+		}
+		return turn
+	}
+	model()
+	long := strings.Repeat("line of a long file\n", 400)
+	_, read := runTool(p, "r-tools", "read", `{"path":"big"}`, long)
+	if tt, _ := runTool(p, "r-tools", "write", `{"path":"a"}`, "written"); tt.Answer != nil {
+		t.Fatalf("write: %+v", tt.Answer)
+	}
+	model() // the last of max_steps=2: a wrap-up, and the run ends
+	rec, _, _ := p.Record("r-tools")
+	if !rec.Status.Final() || !rec.Recoverable || read.Handle == "" {
+		t.Fatalf("setup: %+v, handle %q", rec, read.Handle)
+	}
+	clock = clock.Add(time.Minute)
+	if n := p.SweepEnded(); n != 1 || p.Runs().Get("r-tools") != nil {
+		t.Fatalf("evicted %d; still in memory %v", n, p.Runs().Get("r-tools") != nil)
+	}
+	for _, run := range []string{"r-tools", ""} {
+		if text, err := p.Blob(run, read.Handle); err != nil || text != long {
+			t.Fatalf("blob (run %q) after eviction: %d bytes, %v", run, len(text), err)
+		}
+	}
+	if _, err := p.Blob("r-other", read.Handle); err != pipeline.ErrNoBlob {
+		t.Fatalf("another run's blob: %v", err)
+	}
+	if _, err := p.Resume("r-tools", rec.ResumeToken, accounting.Budget{Vector: accounting.Vector{Steps: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	tt, _ := runTool(p, "r-tools", "write", `{"path":"a"}`, "written twice")
+	if tt.Answer == nil || tt.Answer.Kind != pipeline.ToolReplayed {
+		t.Fatalf("repeated write after the run came back: %+v (executed again?)", tt.Answer)
 	}
 }
