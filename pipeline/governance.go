@@ -128,7 +128,9 @@ func (p *Pipeline) govern(ctx context.Context, r *runstate.Run, call *Call) (*go
 	specs := []accounting.LedgerSpec{{Key: g.ledger, Limit: lim, FinalReserve: finalReserve(lim, limits.FinalReserve)}}
 	g.budgeted = lim.Tokens > 0 || lim.Cost > 0 || lim.OutputTokens > 0 || lim.InputTokens > 0
 	if r.ParentID != "" {
-		if parent := p.runs.Get(r.ParentID); parent != nil && parent != r {
+		// From the store when the parent has left memory (ended): its
+		// budget binds its sub-agents however long ago it ended.
+		if parent, _ := p.getRun(r.ParentID); parent != nil && parent != r {
 			parent.Mu.Lock()
 			if pg := govOf(parent); pg != nil {
 				g.ledgers = append(g.ledgers, pg.ledgers...)

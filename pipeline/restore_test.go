@@ -122,3 +122,39 @@ func TestRestoreLeavesEndedRunsInTheStore(t *testing.T) {
 		t.Fatalf("live run after restart: %+v", rec)
 	}
 }
+
+// A sub-agent run draws on its parent's budget (X-Parent-Run-Id) even when
+// the parent has ended and left memory: the parent's ledger comes back
+// with it from the store.
+func TestSubAgentDrawsOnAParentThatLeftMemory(t *testing.T) {
+	t.Parallel()
+	clock := time.Unix(1_800_000_000, 0)
+	now := func() time.Time { return clock }
+	p, st := boltPipeline(t, t.TempDir(), now)
+	defer st.Close()
+	ctx := context.Background()
+	body := []byte(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Do the task."}]}`)
+	step := func(call *pipeline.Call, answer string) *pipeline.Turn {
+		t.Helper()
+		turn := p.Begin(ctx, call, openai.Chat{})
+		if turn.Answer == nil {
+			p.Finish(ctx, turn, pipeline.Outcome{Status: 200, Body: []byte(answer)})
+		}
+		return turn
+	}
+	step(&pipeline.Call{Body: body, RunID: "r-parent", RunBudget: "max_steps=3"}, toolResponse)
+	step(&pipeline.Call{Body: body, RunID: "r-parent"}, finalResponse) // 2 of its 3 steps spent
+	clock = clock.Add(time.Minute)
+	if p.SweepEnded(); p.Runs().Get("r-parent") != nil {
+		t.Fatal("setup: the parent stayed in memory")
+	}
+	for range 3 {
+		if turn := step(&pipeline.Call{Body: body, RunID: "r-child", ParentRunID: "r-parent"}, toolResponse); turn.Answer != nil {
+			break
+		}
+	}
+	rec, _, _ := p.Record("r-child")
+	if !rec.Status.Final() || rec.AgentSteps > 1 {
+		t.Fatalf("the child was not held to its parent's last step: %+v", rec)
+	}
+}
