@@ -237,6 +237,16 @@ func (p *Pipeline) reserve(ctx context.Context, t *Turn, g *governance, maxOut i
 	}
 	if lim.MaxSteps > 0 && (t.step >= lim.MaxSteps || float64(t.step-1) >= lim.SoftWrapUp*float64(lim.MaxSteps)) {
 		wouldWrap(runstate.ReasonMaxSteps, fmt.Sprintf("step %d of %d: wrap-up", t.step, lim.MaxSteps))
+	} else if t.run.ParentID != "" && len(g.ledgers) > 1 {
+		// A sub-agent's last step may be its parent's: the steps left on
+		// every ledger it draws on, this call's included.
+		room, err := p.book.Headroom(ctx, g.ledgers, true, now)
+		if err != nil {
+			return p.unavailable(t, err)
+		}
+		if room.Steps <= 1 {
+			wouldWrap(runstate.ReasonMaxSteps, "the parent run's last step: wrap-up")
+		}
 	}
 	reserveTime := time.Duration(float64(lim.DeadlineMs)*lim.FinalReserve) * time.Millisecond
 	t.Timeout = p.opts.UpstreamTimeout
