@@ -11,10 +11,11 @@ import (
 
 // evictEnded takes runs that ended more than EndedRetention ago out of
 // memory: with a store they live on there (a later call, a record request
-// or a resume loads them back, with their stored tool results; a blob is
-// read from the store), and memory stays proportional to the runs in
-// progress rather than to every run ever seen. Runs holding approval
-// tickets stay: tickets are read from memory.
+// or a resume loads them back, with their stored tool results; blobs and
+// closed tickets are read from the store), and memory stays proportional
+// to the runs in progress rather than to every run ever seen. A run
+// holding an open ticket (pending, or approved and not yet used) stays
+// until it closes: tickets are decided and used in memory.
 func (p *Pipeline) evictEnded(now time.Time) int {
 	if p.opts.Store == nil {
 		return 0 // memory is the only home of runs
@@ -23,16 +24,23 @@ func (p *Pipeline) evictEnded(now time.Time) int {
 	for _, r := range p.runs.Ended(now.Add(-p.opts.EndedRetention)) {
 		r.Mu.Lock()
 		g := govOf(r)
-		keep := !r.State.Final() || r.Inflight > 0 || (g != nil && (len(g.pending) > 0 ||
-			(g.tools != nil && len(g.tools.approvals) > 0)))
+		keep := !r.State.Final() || r.Inflight > 0 || (g != nil && len(g.pending) > 0)
+		if g != nil && g.tools != nil {
+			for _, a := range g.tools.approvals {
+				keep = keep || a.open(now)
+			}
+		}
 		var keys []string
 		var ledger string
 		if g != nil {
 			keys, ledger = g.keys, g.ledger
-			if !keep && g.tools != nil && len(g.tools.blobs) > 0 {
+			if ts := g.tools; !keep && ts != nil && len(ts.blobs)+len(ts.approvals) > 0 {
 				keys = slices.Clone(keys)
-				for handle := range g.tools.blobs {
+				for handle := range ts.blobs {
 					keys = append(keys, keyBlob+handle)
+				}
+				for ticket := range ts.approvals {
+					keys = append(keys, keyTicket+ticket)
 				}
 			}
 		}

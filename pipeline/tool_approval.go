@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -188,15 +189,80 @@ func (p *Pipeline) Approvals(f ApprovalFilter) []Approval {
 		}
 		r.Mu.Unlock()
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Created.After(out[j].Created) })
+	if st := p.opts.Store; st != nil {
+		// Tickets of runs that left memory (none of them still open).
+		seen := make(map[string]bool, len(out))
+		for _, a := range out {
+			seen[a.Ticket] = true
+		}
+		_ = st.Scan(store.Approvals, func(k, v []byte) error {
+			var a Approval
+			if seen[string(k)] || json.Unmarshal(v, &a) != nil || (f.RunID != "" && a.RunID != f.RunID) {
+				return nil
+			}
+			if a.Status = a.effective(now); f.Status == "" || f.Status == a.Status {
+				out = append(out, a)
+			}
+			return nil
+		})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].Created.Equal(out[j].Created) {
+			return out[i].Created.After(out[j].Created)
+		}
+		return out[i].Ticket < out[j].Ticket // the same instant: still one order
+	})
 	return out
+}
+
+// open reports whether a ticket may still change: a human may decide it,
+// or, approved, it lets one call through. A run holding an open ticket
+// stays in memory, where tickets are decided and used.
+func (a *Approval) open(now time.Time) bool {
+	s := a.effective(now)
+	return s == ApprovalPending || s == ApprovalApproved
+}
+
+// ticketRun finds the run holding a ticket: in memory, or through the
+// store, bringing the run back with the ticket attached.
+func (p *Pipeline) ticketRun(ticket string) (*runstate.Run, error) {
+	if r := p.runs.Lookup(keyTicket + ticket); r != nil || p.opts.Store == nil {
+		if r == nil {
+			return nil, ErrNoTicket
+		}
+		return r, nil
+	}
+	v, err := p.opts.Store.Get(store.Approvals, []byte(ticket))
+	if err != nil {
+		return nil, err
+	}
+	var a Approval
+	if v == nil || json.Unmarshal(v, &a) != nil || a.Ticket != ticket {
+		return nil, ErrNoTicket
+	}
+	r, err := p.getRun(a.RunID)
+	if err != nil {
+		return nil, err
+	}
+	if r == nil {
+		return nil, ErrNoTicket
+	}
+	r.Mu.Lock()
+	if g := govOf(r); g != nil {
+		if ts := g.toolState(); ts.approvals[ticket] == nil {
+			ts.approvals[ticket] = &a
+		}
+	}
+	r.Mu.Unlock()
+	p.runs.Index(keyTicket+ticket, r.ID)
+	return r, nil
 }
 
 // Ticket returns one ticket.
 func (p *Pipeline) Ticket(ticket string) (Approval, error) {
-	r := p.runs.Lookup(keyTicket + ticket)
-	if r == nil {
-		return Approval{}, ErrNoTicket
+	r, err := p.ticketRun(ticket)
+	if err != nil {
+		return Approval{}, err
 	}
 	r.Mu.Lock()
 	defer r.Mu.Unlock()
@@ -216,9 +282,9 @@ func (p *Pipeline) Decide(ticket, decision, by string) (Approval, error) {
 	if decision != "approve" && decision != "deny" {
 		return Approval{}, ErrBadDecision
 	}
-	r := p.runs.Lookup(keyTicket + ticket)
-	if r == nil {
-		return Approval{}, ErrNoTicket
+	r, err := p.ticketRun(ticket)
+	if err != nil {
+		return Approval{}, err
 	}
 	r.Mu.Lock()
 	g := govOf(r)

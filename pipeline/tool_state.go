@@ -259,10 +259,11 @@ type blobRecord struct {
 }
 
 // restoreTools loads approvals, stored results and blobs into their runs'
-// governance. Approval tickets bring their run back from the store (a run
-// holding tickets stays in memory: they are read from there); stored
-// results and blobs go to runs in memory only, since a run loaded later
-// reads its own (loadStoredResults, Blob).
+// governance. An open ticket brings its run back from the store (such a
+// run stays in memory, where tickets are decided and used); closed
+// tickets, stored results and blobs go to runs in memory only, since they
+// are read from the store for the others (ticketRun, loadStoredResults,
+// Blob).
 func (p *Pipeline) restoreTools(st store.Store) error {
 	withRun := func(r *runstate.Run, fn func(ts *toolState)) {
 		if r == nil {
@@ -279,12 +280,14 @@ func (p *Pipeline) restoreTools(st store.Store) error {
 		if json.Unmarshal(v, &a) != nil {
 			return nil
 		}
-		r, err := p.getRun(a.RunID)
-		if err != nil {
-			return nil
+		r := p.runs.Get(a.RunID)
+		if r == nil && a.open(p.now()) {
+			r, _ = p.getRun(a.RunID)
 		}
-		withRun(r, func(ts *toolState) { ts.approvals[a.Ticket] = &a })
-		p.runs.Index(keyTicket+a.Ticket, a.RunID)
+		if r != nil {
+			withRun(r, func(ts *toolState) { ts.approvals[a.Ticket] = &a })
+			p.runs.Index(keyTicket+a.Ticket, a.RunID)
+		}
 		return nil
 	})
 	if err != nil {

@@ -234,3 +234,58 @@ func TestEndedRunWithToolStateLeavesMemory(t *testing.T) {
 		t.Fatalf("repeated write after the run came back: %+v (executed again?)", tt.Answer)
 	}
 }
+
+// A run holding approval tickets leaves memory once none is open (pending,
+// or approved and unused); its tickets are then read from the store.
+func TestRunWithTicketsLeavesMemoryOnceTheyClose(t *testing.T) {
+	t.Parallel()
+	st, err := store.OpenBolt(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	clock := time.Unix(1_800_000_000, 0)
+	p := toolPipelineOn(t, func() time.Time { return clock }, st)
+	p.ToolRegistry().SetApprovalTTL(time.Hour)
+	tt, _ := runTool(p, "r-tickets", "delete", `{"path":"a"}`, "")
+	used := tt.Answer.Approval.Ticket
+	tt, _ = runTool(p, "r-tickets", "delete", `{"path":"b"}`, "")
+	left := tt.Answer.Approval.Ticket
+	if _, err := p.Decide(used, "approve", "ops"); err != nil {
+		t.Fatal(err)
+	}
+	if tt, _ := runTool(p, "r-tickets", "delete", `{"path":"a"}`, "deleted"); tt.Answer != nil {
+		t.Fatalf("approved call: %+v", tt.Answer)
+	}
+	if _, err := p.Cancel("r-tickets"); err != nil {
+		t.Fatal(err)
+	}
+	clock = clock.Add(time.Minute)
+	if n := p.SweepEnded(); n != 0 {
+		t.Fatal("a run holding a pending ticket left memory")
+	}
+	clock = clock.Add(2 * time.Hour) // the pending ticket expires
+	if n := p.SweepEnded(); n != 1 || p.Runs().Get("r-tickets") != nil {
+		t.Fatalf("evicted %d once every ticket closed", n)
+	}
+	list := p.Approvals(pipeline.ApprovalFilter{RunID: "r-tickets"})
+	status := map[string]string{}
+	for _, a := range list {
+		status[a.Ticket] = a.Status
+	}
+	if len(list) != 2 || status[left] != pipeline.ApprovalExpired || status[used] != pipeline.ApprovalUsed {
+		t.Fatalf("tickets listed after eviction: %+v", list)
+	}
+	if a, err := p.Ticket(used); err != nil || a.Status != pipeline.ApprovalUsed || a.DecidedBy != "ops" {
+		t.Fatalf("ticket after eviction: %+v %v", a, err)
+	}
+	if _, err := p.Decide(left, "approve", "ops"); err != pipeline.ErrTicketExpired {
+		t.Fatalf("deciding an expired ticket of an evicted run: %v", err)
+	}
+	if _, err := p.Decide(used, "deny", "ops"); err != pipeline.ErrTicketClosed {
+		t.Fatalf("deciding a used ticket of an evicted run: %v", err)
+	}
+	if _, err := p.Ticket("t-none"); err != pipeline.ErrNoTicket {
+		t.Fatalf("unknown ticket: %v", err)
+	}
+}
