@@ -16,16 +16,14 @@ func TestOverdueRunsEndAtTheirDeadline(t *testing.T) {
 	t.Parallel()
 	clock := time.Unix(1_800_000_000, 0)
 	now := func() time.Time { return clock }
-	p, st := boltPipeline(t, t.TempDir(), now)
-	defer st.Close()
+	p, _ := boltPipeline(t, t.TempDir(), now)
 	ctx := context.Background()
-	body := []byte(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Do the task."}]}`)
 	for _, c := range []struct{ id, budget string }{{"r-gone", "deadline_ms=60000"}, {"r-slow", "deadline_ms=600000"}} {
-		turn := p.Begin(ctx, &pipeline.Call{Body: body, RunID: c.id, RunBudget: c.budget}, openai.Chat{})
+		turn := p.Begin(ctx, &pipeline.Call{Body: taskBody, RunID: c.id, RunBudget: c.budget}, openai.Chat{})
 		p.Finish(ctx, turn, pipeline.Outcome{Status: 200, Body: []byte(toolResponse)})
 	}
 	// One call in flight past its deadline is left to its own end.
-	inflight := p.Begin(ctx, &pipeline.Call{Body: body, RunID: "r-busy", RunBudget: "deadline_ms=60000"}, openai.Chat{})
+	inflight := p.Begin(ctx, &pipeline.Call{Body: taskBody, RunID: "r-busy", RunBudget: "deadline_ms=60000"}, openai.Chat{})
 	if n := p.EndOverdue(); n != 0 {
 		t.Fatalf("ended %d runs before any deadline", n)
 	}
@@ -44,7 +42,7 @@ func TestOverdueRunsEndAtTheirDeadline(t *testing.T) {
 	}
 	p.Finish(ctx, inflight, pipeline.Outcome{Status: 200, Body: []byte(toolResponse)})
 	// Its next call gets the termination; it leaves memory like any ended run.
-	if turn := p.Begin(ctx, &pipeline.Call{Body: body, RunID: "r-gone"}, openai.Chat{}); turn.Answer == nil {
+	if turn := p.Begin(ctx, &pipeline.Call{Body: taskBody, RunID: "r-gone"}, openai.Chat{}); turn.Answer == nil {
 		t.Fatal("a call to the overdue run was forwarded")
 	}
 	clock = clock.Add(time.Minute)
@@ -64,14 +62,12 @@ func TestOverdueRunCaughtInACallWaitsOutTheUpstreamTimeout(t *testing.T) {
 	dir := t.TempDir()
 	p, st := boltPipeline(t, dir, now)
 	ctx := context.Background()
-	body := []byte(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Do the task."}]}`)
-	if turn := p.Begin(ctx, &pipeline.Call{Body: body, RunID: "r-cut", RunBudget: "deadline_ms=60000"}, openai.Chat{}); turn.Answer != nil {
+	if turn := p.Begin(ctx, &pipeline.Call{Body: taskBody, RunID: "r-cut", RunBudget: "deadline_ms=60000"}, openai.Chat{}); turn.Answer != nil {
 		t.Fatalf("refused: %s", turn.Answer.Body)
 	}
 	st.Close() // the process dies with the call in flight
 
-	p2, st2 := boltPipeline(t, dir, now)
-	defer st2.Close()
+	p2, _ := boltPipeline(t, dir, now)
 	if _, err := p2.Restore(ctx); err != nil {
 		t.Fatal(err)
 	}

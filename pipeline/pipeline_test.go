@@ -153,18 +153,13 @@ func BenchmarkModelCallPersisted(b *testing.B) {
 // come back from the store.
 func TestEndedRunsLeaveMemory(t *testing.T) {
 	t.Parallel()
-	st, err := store.OpenBolt(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
 	clock := time.Unix(1_800_000_000, 0)
 	now := func() time.Time { return clock }
 	pol, err := policy.New(context.Background(), policy.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := pipeline.New(pipeline.Options{Policy: pol, Store: st, Now: now, EndedRetention: time.Minute})
+	p := pipeline.New(pipeline.Options{Policy: pol, Store: openBolt(t, t.TempDir()), Now: now, EndedRetention: time.Minute})
 	ctx := context.Background()
 	first := []byte(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Do the task."}]}`)
 	turn := p.Begin(ctx, &pipeline.Call{Body: first, SessionID: "s-1", RunBudget: "max_steps=7"}, openai.Chat{})

@@ -14,14 +14,26 @@ import (
 	"github.com/haltline/haltline/wire/openai"
 )
 
-// boltPipeline is a pipeline on the bbolt store in dir, with the
-// default policies and a settable clock.
-func boltPipeline(t *testing.T, dir string, now func() time.Time) (*pipeline.Pipeline, *store.Bolt) {
+// taskBody is a chat request with one user message.
+var taskBody = []byte(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Do the task."}]}`)
+
+// openBolt opens the bbolt store in dir, closed when the test ends (a
+// test may close it sooner, to restart on it).
+func openBolt(t *testing.T, dir string) *store.Bolt {
 	t.Helper()
 	st, err := store.OpenBolt(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+// boltPipeline is a pipeline on the bbolt store in dir, with the
+// default policies and a settable clock.
+func boltPipeline(t *testing.T, dir string, now func() time.Time) (*pipeline.Pipeline, *store.Bolt) {
+	t.Helper()
+	st := openBolt(t, dir)
 	pol, err := policy.New(context.Background(), policy.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -74,8 +86,7 @@ func TestRestoreLeavesEndedRunsInTheStore(t *testing.T) {
 	}
 	st.Close()
 
-	p2, st2 := boltPipeline(t, dir, now)
-	defer st2.Close()
+	p2, _ := boltPipeline(t, dir, now)
 	n, err := p2.Restore(ctx)
 	if err != nil || n != 1 {
 		t.Fatalf("restored %d runs, err %v; want the live one", n, err)
@@ -130,10 +141,8 @@ func TestSubAgentDrawsOnAParentThatLeftMemory(t *testing.T) {
 	t.Parallel()
 	clock := time.Unix(1_800_000_000, 0)
 	now := func() time.Time { return clock }
-	p, st := boltPipeline(t, t.TempDir(), now)
-	defer st.Close()
+	p, _ := boltPipeline(t, t.TempDir(), now)
 	ctx := context.Background()
-	body := []byte(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Do the task."}]}`)
 	step := func(call *pipeline.Call, answer string) *pipeline.Turn {
 		t.Helper()
 		turn := p.Begin(ctx, call, openai.Chat{})
@@ -142,14 +151,14 @@ func TestSubAgentDrawsOnAParentThatLeftMemory(t *testing.T) {
 		}
 		return turn
 	}
-	step(&pipeline.Call{Body: body, RunID: "r-parent", RunBudget: "max_steps=3"}, toolResponse)
-	step(&pipeline.Call{Body: body, RunID: "r-parent"}, finalResponse) // 2 of its 3 steps spent
+	step(&pipeline.Call{Body: taskBody, RunID: "r-parent", RunBudget: "max_steps=3"}, toolResponse)
+	step(&pipeline.Call{Body: taskBody, RunID: "r-parent"}, finalResponse) // 2 of its 3 steps spent
 	clock = clock.Add(time.Minute)
 	if p.SweepEnded(); p.Runs().Get("r-parent") != nil {
 		t.Fatal("setup: the parent stayed in memory")
 	}
 	for range 3 {
-		if turn := step(&pipeline.Call{Body: body, RunID: "r-child", ParentRunID: "r-parent"}, toolResponse); turn.Answer != nil {
+		if turn := step(&pipeline.Call{Body: taskBody, RunID: "r-child", ParentRunID: "r-parent"}, toolResponse); turn.Answer != nil {
 			break
 		}
 	}

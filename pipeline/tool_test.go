@@ -187,13 +187,8 @@ func BenchmarkToolGatesL0(b *testing.B) {
 // repeated write from the result it stored instead of executing it again.
 func TestEndedRunWithToolStateLeavesMemory(t *testing.T) {
 	t.Parallel()
-	st, err := store.OpenBolt(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
 	clock := time.Unix(1_800_000_000, 0)
-	p := toolPipelineOn(t, func() time.Time { return clock }, st)
+	p := toolPipelineOn(t, func() time.Time { return clock }, openBolt(t, t.TempDir()))
 	ctx := context.Background()
 	model := func() *pipeline.Turn {
 		turn := p.Begin(ctx, &pipeline.Call{Body: []byte(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Do it."}]}`),
@@ -239,13 +234,8 @@ func TestEndedRunWithToolStateLeavesMemory(t *testing.T) {
 // or approved and unused); its tickets are then read from the store.
 func TestRunWithTicketsLeavesMemoryOnceTheyClose(t *testing.T) {
 	t.Parallel()
-	st, err := store.OpenBolt(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
 	clock := time.Unix(1_800_000_000, 0)
-	p := toolPipelineOn(t, func() time.Time { return clock }, st)
+	p := toolPipelineOn(t, func() time.Time { return clock }, openBolt(t, t.TempDir()))
 	p.ToolRegistry().SetApprovalTTL(time.Hour)
 	tt, _ := runTool(p, "r-tickets", "delete", `{"path":"a"}`, "")
 	used := tt.Answer.Approval.Ticket
