@@ -190,7 +190,8 @@ func (p *Pipeline) Approvals(f ApprovalFilter) []Approval {
 		r.Mu.Unlock()
 	}
 	if st := p.opts.Store; st != nil {
-		// Tickets of runs that left memory (none of them still open).
+		// Tickets in the store only: those of runs that left memory (none
+		// still open), or, with a shared store, another replica's.
 		seen := make(map[string]bool, len(out))
 		for _, a := range out {
 			seen[a.Ticket] = true
