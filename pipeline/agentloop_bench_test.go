@@ -128,3 +128,35 @@ func BenchmarkMemoryPerEvent(b *testing.B) {
 	b.ReportMetric(float64(st1-st0)/n, "stored-B/event")
 	b.ReportMetric(n/float64(runs*(steps-1)), "events/step")
 }
+
+// BenchmarkMemoryPerLongRun reports the heap a live run holds after 100
+// agent steps (over 300 events) with the embedded store, checkpointed as
+// it runs: with a store only its newest events stay in memory.
+func BenchmarkMemoryPerLongRun(b *testing.B) {
+	const runs, steps = 100, 100
+	// Checkpointed often, so that what the heap holds is the runs, not
+	// writes waiting for bbolt.
+	p, _ := persistedPipeline(b, store.BoltOptions{CheckpointEvery: 10 * time.Millisecond})
+	ctx := context.Background()
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for k := range steps {
+		for r := range runs {
+			run := fmt.Sprintf("long-%d", r)
+			t := p.Begin(ctx, &pipeline.Call{Body: agentStep(run, k), RunID: run}, openai.Chat{})
+			p.Finish(ctx, t, pipeline.Outcome{Status: 200, Body: agentAnswer(run, k, steps+1)})
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // the last checkpoint
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	// The whole timeline is still there, from its first event.
+	evs, _, err := p.Events("long-0")
+	if n := len(evs); err != nil || n < 3*steps || evs[0].Seq != 1 || evs[n-1].Seq != int64(n) {
+		b.Fatalf("timeline of a long run: %d events, %v", n, err)
+	}
+	for b.Loop() {
+	}
+	b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/runs, "heap-B/run")
+}

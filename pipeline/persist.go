@@ -133,6 +133,11 @@ func (p *Pipeline) storedEvents(id string) ([]runstate.Event, error) {
 	return events, err
 }
 
+// eventsInMemory is how many of a run's newest events stay in memory when
+// a store holds the whole timeline (Events reads it from there): a long
+// run's events were most of its memory (about 700 B each).
+const eventsInMemory = 16
+
 // persistWait bounds how long a call waits for its commit.
 const persistWait = 5 * time.Second
 
@@ -174,6 +179,7 @@ func (p *Pipeline) persist(r *runstate.Run) <-chan error {
 			}
 		}
 		g.savedSeq = run.LastEventSeq
+		r.TrimEvents(g.savedSeq, eventsInMemory)
 		ops = p.recordingOps(r, g, now, ops)
 	}
 	v, err := encodeRun(&run, g)
@@ -344,6 +350,7 @@ func (p *Pipeline) Restore(ctx context.Context) (runs int, err error) {
 		}
 		events, _ := p.storedEvents(b.Run.ID)
 		r := runstate.Restore(b.Run, events, now)
+		r.TrimEvents(b.Run.LastEventSeq, eventsInMemory)
 		g := p.governanceOf(&b)
 		p.restoreLedgers(g.ledgers)
 		if g.ledger != "" {

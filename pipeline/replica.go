@@ -92,6 +92,7 @@ func (p *Pipeline) getRun(id string) (*runstate.Run, error) {
 		events, _ = p.storedEvents(id)
 	}
 	r := runstate.Restore(b.Run, events, p.now())
+	r.TrimEvents(b.Run.LastEventSeq, eventsInMemory)
 	g := p.governanceOf(&b)
 	if err := p.loadStoredResults(g, id); err != nil {
 		return nil, err
@@ -138,8 +139,27 @@ func (p *Pipeline) Record(id string) (runstate.Record, bool, error) {
 func (p *Pipeline) Events(id string) ([]runstate.Event, bool, error) {
 	if r := p.runs.Get(id); r != nil && !p.shared() {
 		r.Mu.Lock()
-		defer r.Mu.Unlock()
-		return append([]runstate.Event(nil), r.Events...), true, nil
+		events, complete := append([]runstate.Event(nil), r.Events...), r.EventsComplete()
+		r.Mu.Unlock()
+		if complete || p.opts.Store == nil {
+			return events, true, nil
+		}
+		// The older events left memory: the store's timeline, then what
+		// memory holds past it (not yet persisted when the store was read).
+		stored, err := p.storedEvents(id)
+		if err != nil {
+			return nil, false, err
+		}
+		var last int64
+		if n := len(stored); n > 0 {
+			last = stored[n-1].Seq
+		}
+		for _, e := range events {
+			if e.Seq > last {
+				stored = append(stored, e)
+			}
+		}
+		return stored, true, nil
 	}
 	if p.opts.Store == nil {
 		return nil, false, nil

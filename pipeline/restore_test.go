@@ -167,3 +167,53 @@ func TestSubAgentDrawsOnAParentThatLeftMemory(t *testing.T) {
 		t.Fatalf("the child was not held to its parent's last step: %+v", rec)
 	}
 }
+
+// A long run keeps only its newest events in memory; its timeline is read
+// whole, in order, from the store and memory together — while it runs, and
+// after it has ended and left memory.
+func TestLongRunTimelineIsWhole(t *testing.T) {
+	t.Parallel()
+	clock := time.Unix(1_800_000_000, 0)
+	now := func() time.Time { return clock }
+	p, _ := boltPipeline(t, t.TempDir(), now)
+	ctx := context.Background()
+	const run, steps = "r-long", 40
+	whole := func(when string) int {
+		t.Helper()
+		evs, ok, err := p.Events(run)
+		if err != nil || !ok || len(evs) < 3*(steps/2) {
+			t.Fatalf("%s: %d events, %v %v", when, len(evs), ok, err)
+		}
+		for i, e := range evs {
+			if e.Seq != int64(i+1) {
+				t.Fatalf("%s: event %d has seq %d", when, i, e.Seq)
+			}
+		}
+		return len(evs)
+	}
+	for k := range steps {
+		turn := p.Begin(ctx, &pipeline.Call{Body: agentStep(run, k), RunID: run}, openai.Chat{})
+		if turn.Answer != nil {
+			t.Fatalf("step %d refused: %s", k, turn.Answer.Body)
+		}
+		p.Finish(ctx, turn, pipeline.Outcome{Status: 200, Body: agentAnswer(run, k, steps)})
+		if k == steps/2 {
+			r := p.Runs().Get(run)
+			r.Mu.Lock()
+			held := len(r.Events)
+			r.Mu.Unlock()
+			if held > 32 {
+				t.Fatalf("%d events held in memory at step %d", held, k)
+			}
+			whole("while running")
+		}
+	}
+	n := whole("ended")
+	clock = clock.Add(time.Minute)
+	if p.SweepEnded(); p.Runs().Get(run) != nil {
+		t.Fatal("setup: the run stayed in memory")
+	}
+	if m := whole("after leaving memory"); m != n {
+		t.Fatalf("%d events after leaving memory, %d before", m, n)
+	}
+}

@@ -71,6 +71,39 @@ func Restore(p Persisted, events []Event, now time.Time) *Run {
 	return r
 }
 
+// TrimEvents lets the oldest events persisted up to seq leave memory once
+// more than 2×keep are held, down to the newest keep: the store holds the
+// whole timeline, and a long run's events would otherwise be most of its
+// memory. An event after seq (not yet persisted) always stays. The caller
+// holds Mu.
+func (r *Run) TrimEvents(seq int64, keep int) {
+	n := len(r.Events)
+	if n <= 2*keep {
+		return
+	}
+	drop := n - keep
+	for drop > 0 && r.Events[drop-1].Seq > seq {
+		drop--
+	}
+	if drop == 0 {
+		return
+	}
+	r.seqBase = r.Events[drop-1].Seq
+	kept := copy(r.Events, r.Events[drop:])
+	clear(r.Events[kept:n]) // the array would keep the dropped events' strings alive
+	r.Events = r.Events[:kept]
+}
+
+// EventsComplete reports whether the run's events in memory begin with its
+// first: none has left memory (TrimEvents, or a restore that loaded only
+// the newest).
+func (r *Run) EventsComplete() bool {
+	if len(r.Events) == 0 {
+		return r.seqBase == 0
+	}
+	return r.Events[0].Seq == 1
+}
+
 // EventsSince returns the events after seq (the ones not yet persisted).
 // The caller holds Mu.
 func (r *Run) EventsSince(seq int64) []Event {
