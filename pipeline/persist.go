@@ -421,11 +421,31 @@ func storedFinal(v []byte) bool {
 	return end >= 0 && final && !unsure
 }
 
-// indexKey records a lineage key in memory and, with a store, in it.
+// lineageInMemory is how many of a run's newest lineage keys stay indexed
+// in memory when a store holds them all: a request echoes its last
+// assistant turn, whose keys are the newest; an older one resolves through
+// the store (lookup). A long run's keys were a third of its memory.
+const lineageInMemory = 16
+
+// indexKey records a lineage key in memory and, with a store, in it. The
+// caller holds the run's lock.
 func (p *Pipeline) indexKey(g *governance, key, runID string) {
 	p.runs.Index(key, runID)
 	if g != nil && p.opts.Store != nil {
-		g.keys = append(g.keys, key)
 		g.queue(store.Op{Bucket: store.Lineage, Key: []byte(key), Value: g.idBytes(runID)})
+		p.keepKey(g, key, runID)
+	}
+}
+
+// keepKey adds a key to those the run holds in memory (dropped with it),
+// letting the oldest leave memory past twice lineageInMemory.
+func (p *Pipeline) keepKey(g *governance, key, runID string) {
+	g.keys = append(g.keys, key)
+	if n := len(g.keys); n > 2*lineageInMemory {
+		old := n - lineageInMemory
+		p.runs.Unindex(runID, g.keys[:old])
+		kept := copy(g.keys, g.keys[old:])
+		clear(g.keys[kept:n])
+		g.keys = g.keys[:kept]
 	}
 }

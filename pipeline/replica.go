@@ -115,8 +115,17 @@ func (p *Pipeline) lookup(key string) (*runstate.Run, error) {
 	if err != nil || v == nil {
 		return nil, err
 	}
-	p.runs.Index(key, string(v))
-	return p.getRun(string(v))
+	r, err := p.getRun(string(v))
+	if r != nil {
+		// Indexed again as the run's own key, so it leaves memory with it.
+		r.Mu.Lock()
+		if g := govOf(r); g != nil {
+			p.runs.Index(key, r.ID)
+			p.keepKey(g, key, r.ID)
+		}
+		r.Mu.Unlock()
+	}
+	return r, err
 }
 
 // Record returns a run's record; with a shared store it is brought up to

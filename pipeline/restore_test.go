@@ -217,3 +217,32 @@ func TestLongRunTimelineIsWhole(t *testing.T) {
 		t.Fatalf("%d events after leaving memory, %d before", m, n)
 	}
 }
+
+// A long run keeps only its newest lineage keys indexed in memory; an
+// older one (a request echoing an earlier turn) still finds the run,
+// through the store.
+func TestLongRunLineageLeavesMemory(t *testing.T) {
+	t.Parallel()
+	p, _ := boltPipeline(t, t.TempDir(), time.Now)
+	ctx := context.Background()
+	const run, steps = "r-lineage", 40
+	for k := range steps {
+		turn := p.Begin(ctx, &pipeline.Call{Body: agentStep(run, k), RunID: run}, openai.Chat{})
+		p.Finish(ctx, turn, pipeline.Outcome{Status: 200, Body: agentAnswer(run, k, steps+1)})
+	}
+	held := 0
+	p.Runs().LineageKeys(func(_, id string) {
+		if id == run {
+			held++
+		}
+	})
+	if held == 0 || held > 32 {
+		t.Fatalf("%d lineage keys of the run in memory after %d steps", held, steps)
+	}
+	// A request whose last assistant turn is step 3's, without a run id.
+	turn := p.Begin(ctx, &pipeline.Call{Body: agentStep(run, 4)}, openai.Chat{})
+	if turn.RunID() != run {
+		t.Fatalf("an early turn's tool call id found run %q", turn.RunID())
+	}
+	p.Finish(ctx, turn, pipeline.Outcome{Status: 200, Body: agentAnswer(run, 4, steps+1)})
+}

@@ -96,6 +96,19 @@ func (g *Registry) Index(key, runID string) {
 	s.mu.Unlock()
 }
 
+// Unindex drops the lineage keys given, those that still point to run id,
+// from memory.
+func (g *Registry) Unindex(id string, keys []string) {
+	for _, k := range keys {
+		s := g.shardOf(k)
+		s.mu.Lock()
+		if s.lineage[k] == id {
+			delete(s.lineage, k)
+		}
+		s.mu.Unlock()
+	}
+}
+
 // Lookup returns the run a lineage key points to.
 func (g *Registry) Lookup(key string) *Run {
 	s := g.shardOf(key)
@@ -184,14 +197,7 @@ func (g *Registry) Count() map[State]int {
 // Remove drops a run and the lineage keys given from memory (the store
 // keeps them).
 func (g *Registry) Remove(id string, keys []string) {
-	for _, k := range keys {
-		s := g.shardOf(k)
-		s.mu.Lock()
-		if s.lineage[k] == id {
-			delete(s.lineage, k)
-		}
-		s.mu.Unlock()
-	}
+	g.Unindex(id, keys)
 	s := g.shardOf(id)
 	s.mu.Lock()
 	delete(s.runs, id)
