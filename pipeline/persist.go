@@ -367,17 +367,10 @@ func (p *Pipeline) Restore(ctx context.Context) (runs int, err error) {
 	if err != nil {
 		return runs, err
 	}
-	// Tool state first: it brings back the ended runs that hold some.
-	if err = p.restoreTools(st); err == nil {
-		// Only the keys of runs in memory: the others resolve through the
-		// store when a request echoes them (lookup).
-		err = st.Scan(store.Lineage, func(k, v []byte) error {
-			if p.runs.Get(string(v)) != nil {
-				p.runs.Index(string(k), string(v))
-			}
-			return nil
-		})
-	}
+	// Lineage keys are not read: a request echoing one resolves it through
+	// the store (lookup), which indexes it again; reading them all made a
+	// restart's time grow with every call ever made (two keys a call).
+	err = p.restoreTools(st)
 	if len(expired) > 0 {
 		ops := make([]store.Op, len(expired))
 		for i, k := range expired {
