@@ -352,6 +352,9 @@ func (p *Pipeline) Restore(ctx context.Context) (runs int, err error) {
 		r := runstate.Restore(b.Run, events, now)
 		r.TrimEvents(b.Run.LastEventSeq, eventsInMemory)
 		g := p.governanceOf(&b)
+		if err := p.loadStoredResults(g, b.Run.ID); err != nil {
+			return err
+		}
 		p.restoreLedgers(g.ledgers)
 		if g.ledger != "" {
 			lim := budgetOf(b.Limits).Vector

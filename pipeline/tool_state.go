@@ -258,59 +258,29 @@ type blobRecord struct {
 	Text  string `json:"text"`
 }
 
-// restoreTools loads approvals, stored results and blobs into their runs'
-// governance. An open ticket brings its run back from the store (such a
-// run stays in memory, where tickets are decided and used); closed
-// tickets, stored results and blobs go to runs in memory only, since they
-// are read from the store for the others (ticketRun, loadStoredResults,
+// restoreTools brings back the approval tickets still open, with their
+// runs (such a run stays in memory, where tickets are decided and used).
+// Closed tickets, stored results and blobs are not read here: a run reads
+// its stored results when it is loaded (loadStoredResults), and closed
+// tickets and blobs are read from the store when asked for (ticketRun,
 // Blob).
 func (p *Pipeline) restoreTools(st store.Store) error {
-	withRun := func(r *runstate.Run, fn func(ts *toolState)) {
-		if r == nil {
-			return
+	now := p.now()
+	return st.Scan(store.Approvals, func(k, v []byte) error {
+		var a Approval
+		if json.Unmarshal(v, &a) != nil || !a.open(now) {
+			return nil
+		}
+		r, err := p.getRun(a.RunID)
+		if r == nil || err != nil {
+			return nil
 		}
 		r.Mu.Lock()
 		if g := govOf(r); g != nil {
-			fn(g.toolState())
+			g.toolState().approvals[a.Ticket] = &a
 		}
 		r.Mu.Unlock()
-	}
-	err := st.Scan(store.Approvals, func(k, v []byte) error {
-		var a Approval
-		if json.Unmarshal(v, &a) != nil {
-			return nil
-		}
-		r := p.runs.Get(a.RunID)
-		if r == nil && a.open(p.now()) {
-			r, _ = p.getRun(a.RunID)
-		}
-		if r != nil {
-			withRun(r, func(ts *toolState) { ts.approvals[a.Ticket] = &a })
-			p.runs.Index(keyTicket+a.Ticket, a.RunID)
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	err = st.Scan(store.Idempotency, func(k, v []byte) error {
-		if runID, key, res, ok := storedResult(k, v); ok {
-			withRun(p.runs.Get(runID), func(ts *toolState) { ts.idem[key] = res })
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	return st.Scan(store.Blobs, func(k, v []byte) error {
-		var b blobRecord
-		if json.Unmarshal(v, &b) != nil {
-			return nil
-		}
-		if r := p.runs.Get(b.RunID); r != nil {
-			withRun(r, func(ts *toolState) { ts.blobs[string(k)] = b.Text })
-			p.runs.Index(keyBlob+string(k), b.RunID)
-		}
+		p.runs.Index(keyTicket+a.Ticket, a.RunID)
 		return nil
 	})
 }

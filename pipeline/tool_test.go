@@ -279,3 +279,30 @@ func TestRunWithTicketsLeavesMemoryOnceTheyClose(t *testing.T) {
 		t.Fatalf("unknown ticket: %v", err)
 	}
 }
+
+// A restart keeps a live run's tool state: a repeated write is answered
+// from its stored result, a cut result's full text is still served.
+func TestToolStateSurvivesARestart(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	st := openBolt(t, dir)
+	p := toolPipelineOn(t, time.Now, st)
+	if tt, _ := runTool(p, "r-restart", "write", `{"path":"a"}`, "written"); tt.Answer != nil {
+		t.Fatalf("write: %+v", tt.Answer)
+	}
+	long := strings.Repeat("line of a long file\n", 400)
+	_, read := runTool(p, "r-restart", "read", `{"path":"big"}`, long)
+	st.Close()
+
+	p2 := toolPipelineOn(t, time.Now, openBolt(t, dir))
+	if n, err := p2.Restore(context.Background()); err != nil || n != 1 {
+		t.Fatalf("restored %d runs: %v", n, err)
+	}
+	if text, err := p2.Blob("r-restart", read.Handle); err != nil || text != long {
+		t.Fatalf("blob after a restart: %d bytes, %v", len(text), err)
+	}
+	tt, _ := runTool(p2, "r-restart", "write", `{"path":"a"}`, "written twice")
+	if tt.Answer == nil || tt.Answer.Kind != pipeline.ToolReplayed {
+		t.Fatalf("repeated write after a restart: %+v (executed again?)", tt.Answer)
+	}
+}
