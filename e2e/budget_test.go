@@ -383,6 +383,38 @@ func TestTeamDailyCapStopsNextRun(t *testing.T) {
 	}
 }
 
+// A team's daily spend survives a restart: a restart reads the team
+// windows' ledgers (not every run's), so the team's next run after it is
+// still stopped at once.
+func TestTeamDailyCapSurvivesARestart(t *testing.T) {
+	t.Parallel()
+	m := &toolLoop{finalAfter: 0, in: 100000, out: 10} // $0.015 a call at gpt-4o-mini prices
+	up := newUpstream(t, m.serve)
+	policies, data := policyDir(t, `{"haltline":{"teams":{"red":{"daily":{"max_cost_usd":0.02}}}}}`), t.TempDir()
+	start := func() *app.Gateway {
+		return startGateway(t, up.URL, withPolicy(policies), func(c *config.Config) {
+			c.VirtualKeys = map[string]config.Principal{"sk-agent": {Tenant: "acme", Team: "red"}}
+			c.Providers.OpenAI.APIKey = "sk-upstream"
+			c.Store.DataDir = data
+		})
+	}
+	g := start()
+	body := fixedRequest(100)
+	for i := range 2 {
+		if status, _, b := post(t, gwURL(g)+"/v1/chat/completions", body, map[string]string{"X-Run-Id": fmt.Sprintf("r-spend-%d", i)}); status != 200 {
+			t.Fatalf("run %d: %d %s", i, status, b)
+		}
+	}
+	if err := g.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	g = start()
+	status, hdr, resp := post(t, gwURL(g)+"/v1/chat/completions", body, map[string]string{"X-Run-Id": "r-team-next"})
+	if status != 200 || hdr.Get("X-Run-Termination") != runstate.ReasonCostBudget || len(up.requests()) != 2 {
+		t.Fatalf("next run after a restart: %d %q upstream calls %d: %s", status, hdr.Get("X-Run-Termination"), len(up.requests()), resp)
+	}
+}
+
 // A broken policy file on reload leaves the last good policy in force, logs
 // the error, and readiness stays ok.
 func TestBrokenPolicyReloadKeepsLastGood(t *testing.T) {

@@ -141,7 +141,7 @@ func (p *Pipeline) govern(ctx context.Context, r *runstate.Run, call *Call) (*go
 	}
 	var teamKeys []string
 	for _, w := range windows {
-		key := "team:" + w.Team + ":" + w.Name
+		key := teamLedgerPrefix + w.Team + ":" + w.Name
 		wl := budgetOf(w.Limits).Vector
 		specs = append(specs, accounting.LedgerSpec{Key: key, Limit: wl, Period: w.Period})
 		g.ledgers = append(g.ledgers, key)

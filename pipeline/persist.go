@@ -307,25 +307,36 @@ func (p *Pipeline) Restore(ctx context.Context) (runs int, err error) {
 		// A shared book restores itself; only runs and lineage come from the store.
 		live = nil
 	}
-	err = st.Scan(store.Ledgers, func(k, v []byte) error {
-		if mb == nil {
+	if mb != nil {
+		// Team windows (Ensure would start a missing one afresh) and the
+		// ledgers of live reservations; a run's own ledger comes with its
+		// run (restoreLedgers), and most runs in the store have ended.
+		load := func(k, v []byte) error {
+			var ls accounting.LedgerState
+			if err := json.Unmarshal(v, &ls); err != nil {
+				return fmt.Errorf("ledger %q: %w", k, err)
+			}
+			ls.Reserved = reserved[ls.Key]
+			mb.Put(accounting.RestoreLedger(ls))
 			return nil
 		}
-		if bytes.HasPrefix(k, []byte(runLedgerPrefix)) && reserved[string(k)].IsZero() {
-			// A run's own ledger comes with its run (restoreLedgers): most
-			// runs in the store have ended and stay there.
-			return nil
+		if err = st.ScanPrefix(store.Ledgers, []byte(teamLedgerPrefix), load); err != nil {
+			return 0, err
 		}
-		var ls accounting.LedgerState
-		if err := json.Unmarshal(v, &ls); err != nil {
-			return fmt.Errorf("ledger %q: %w", k, err)
+		for key := range reserved {
+			if strings.HasPrefix(key, teamLedgerPrefix) {
+				continue
+			}
+			v, err := st.Get(store.Ledgers, []byte(key))
+			if err != nil {
+				return 0, err
+			}
+			if v != nil {
+				if err := load([]byte(key), v); err != nil {
+					return 0, err
+				}
+			}
 		}
-		ls.Reserved = reserved[ls.Key]
-		mb.Put(accounting.RestoreLedger(ls))
-		return nil
-	})
-	if err != nil {
-		return 0, err
 	}
 	for _, rs := range live {
 		res, err := accounting.RestoreReservation(rs, mb.Ledger)
@@ -384,8 +395,12 @@ func (p *Pipeline) Restore(ctx context.Context) (runs int, err error) {
 	return runs, err
 }
 
-// runLedgerPrefix starts the key of a run's own ledger (then the run id).
-const runLedgerPrefix = "run:"
+// runLedgerPrefix starts the key of a run's own ledger (then the run id),
+// teamLedgerPrefix a team window's (then team and window name).
+const (
+	runLedgerPrefix  = "run:"
+	teamLedgerPrefix = "team:"
+)
 
 // storedFinal reports whether a stored run snapshot (runBlob) is of a run
 // that ended, reading only the run's state, as a decode would (the last
