@@ -14,8 +14,8 @@ import (
 // or a resume loads them back, with their stored tool results; blobs and
 // closed tickets are read from the store), and memory stays proportional
 // to the runs in progress rather than to every run ever seen. A run
-// holding an open ticket (pending, or approved and not yet used) stays
-// until it closes: tickets are decided and used in memory.
+// holding a pending ticket stays until it is decided or expires: tickets
+// are decided in memory (an approved one of an ended run is never used).
 func (p *Pipeline) evictEnded(now time.Time) int {
 	if p.opts.Store == nil {
 		return 0 // memory is the only home of runs
@@ -27,7 +27,7 @@ func (p *Pipeline) evictEnded(now time.Time) int {
 		keep := !r.State.Final() || r.Inflight > 0 || (g != nil && len(g.pending) > 0)
 		if g != nil && g.tools != nil {
 			for _, a := range g.tools.approvals {
-				keep = keep || a.open(now)
+				keep = keep || a.effective(now) == ApprovalPending
 			}
 		}
 		var keys []string

@@ -217,8 +217,8 @@ func (p *Pipeline) Approvals(f ApprovalFilter) []Approval {
 }
 
 // open reports whether a ticket may still change: a human may decide it,
-// or, approved, it lets one call through. A run holding an open ticket
-// stays in memory, where tickets are decided and used.
+// or, approved, it lets one call through. A restart brings back the runs
+// holding one, since tickets are decided and used in memory.
 func (a *Approval) open(now time.Time) bool {
 	s := a.effective(now)
 	return s == ApprovalPending || s == ApprovalApproved

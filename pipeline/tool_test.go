@@ -230,8 +230,9 @@ func TestEndedRunWithToolStateLeavesMemory(t *testing.T) {
 	}
 }
 
-// A run holding approval tickets leaves memory once none is open (pending,
-// or approved and unused); its tickets are then read from the store.
+// An ended run holding approval tickets leaves memory once none is pending
+// (an approved one is never used by an ended run); its tickets are then
+// read from the store.
 func TestRunWithTicketsLeavesMemoryOnceTheyClose(t *testing.T) {
 	t.Parallel()
 	clock := time.Unix(1_800_000_000, 0)
@@ -241,8 +242,12 @@ func TestRunWithTicketsLeavesMemoryOnceTheyClose(t *testing.T) {
 	used := tt.Answer.Approval.Ticket
 	tt, _ = runTool(p, "r-tickets", "delete", `{"path":"b"}`, "")
 	left := tt.Answer.Approval.Ticket
-	if _, err := p.Decide(used, "approve", "ops"); err != nil {
-		t.Fatal(err)
+	tt, _ = runTool(p, "r-tickets", "delete", `{"path":"c"}`, "")
+	unused := tt.Answer.Approval.Ticket
+	for _, ticket := range []string{used, unused} {
+		if _, err := p.Decide(ticket, "approve", "ops"); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if tt, _ := runTool(p, "r-tickets", "delete", `{"path":"a"}`, "deleted"); tt.Answer != nil {
 		t.Fatalf("approved call: %+v", tt.Answer)
@@ -254,16 +259,17 @@ func TestRunWithTicketsLeavesMemoryOnceTheyClose(t *testing.T) {
 	if n := p.SweepEnded(); n != 0 {
 		t.Fatal("a run holding a pending ticket left memory")
 	}
-	clock = clock.Add(2 * time.Hour) // the pending ticket expires
+	clock = clock.Add(2 * time.Hour) // the pending ticket expires; the approved one of an ended run is never used
 	if n := p.SweepEnded(); n != 1 || p.Runs().Get("r-tickets") != nil {
-		t.Fatalf("evicted %d once every ticket closed", n)
+		t.Fatalf("evicted %d once no ticket was pending", n)
 	}
 	list := p.Approvals(pipeline.ApprovalFilter{RunID: "r-tickets"})
 	status := map[string]string{}
 	for _, a := range list {
 		status[a.Ticket] = a.Status
 	}
-	if len(list) != 2 || status[left] != pipeline.ApprovalExpired || status[used] != pipeline.ApprovalUsed {
+	if len(list) != 3 || status[left] != pipeline.ApprovalExpired || status[used] != pipeline.ApprovalUsed ||
+		status[unused] != pipeline.ApprovalApproved {
 		t.Fatalf("tickets listed after eviction: %+v", list)
 	}
 	if a, err := p.Ticket(used); err != nil || a.Status != pipeline.ApprovalUsed || a.DecidedBy != "ops" {
