@@ -53,7 +53,7 @@ func (p *Pipeline) SweepStored(force bool) (int, error) {
 	expired := map[string]bool{}
 	var ops []store.Op
 	err := st.Scan(store.Runs, func(k, v []byte) error {
-		if len(expired) >= storeSweepMax || !storedFinal(v) {
+		if len(expired) >= storeSweepMax {
 			return nil
 		}
 		var b struct {

@@ -227,11 +227,11 @@ func (a *Approval) open(now time.Time) bool {
 // ticketRun finds the run holding a ticket: in memory, or through the
 // store, bringing the run back with the ticket attached.
 func (p *Pipeline) ticketRun(ticket string) (*runstate.Run, error) {
-	if r := p.runs.Lookup(keyTicket + ticket); r != nil || p.opts.Store == nil {
-		if r == nil {
-			return nil, ErrNoTicket
-		}
+	if r := p.runs.Lookup(keyTicket + ticket); r != nil {
 		return r, nil
+	}
+	if p.opts.Store == nil {
+		return nil, ErrNoTicket
 	}
 	v, err := p.opts.Store.Get(store.Approvals, []byte(ticket))
 	if err != nil {

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"sync"
@@ -287,7 +288,7 @@ func (p *Pipeline) restoreTools(st store.Store) error {
 
 // storedResult reads an idempotency record (run id \x00 call key → result).
 func storedResult(k, v []byte) (runID, key string, res *StoredResult, ok bool) {
-	i := indexByte(k, 0)
+	i := bytes.IndexByte(k, 0)
 	if i < 0 {
 		return "", "", nil, false
 	}
@@ -308,13 +309,4 @@ func (p *Pipeline) loadStoredResults(g *governance, runID string) error {
 		}
 		return nil
 	})
-}
-
-func indexByte(b []byte, c byte) int {
-	for i, x := range b {
-		if x == c {
-			return i
-		}
-	}
-	return -1
 }
