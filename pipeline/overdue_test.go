@@ -19,8 +19,7 @@ func TestOverdueRunsEndAtTheirDeadline(t *testing.T) {
 	p, _ := boltPipeline(t, t.TempDir(), now)
 	ctx := context.Background()
 	for _, c := range []struct{ id, budget string }{{"r-gone", "deadline_ms=60000"}, {"r-slow", "deadline_ms=600000"}} {
-		turn := p.Begin(ctx, &pipeline.Call{Body: taskBody, RunID: c.id, RunBudget: c.budget}, openai.Chat{})
-		p.Finish(ctx, turn, pipeline.Outcome{Status: 200, Body: []byte(toolResponse)})
+		step(p, &pipeline.Call{Body: taskBody, RunID: c.id, RunBudget: c.budget}, toolResponse)
 	}
 	// One call in flight past its deadline is left to its own end.
 	inflight := p.Begin(ctx, &pipeline.Call{Body: taskBody, RunID: "r-busy", RunBudget: "deadline_ms=60000"}, openai.Chat{})

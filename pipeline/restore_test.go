@@ -17,6 +17,17 @@ import (
 // taskBody is a chat request with one user message.
 var taskBody = []byte(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Do the task."}]}`)
 
+// step runs one model call through the pipeline: answered by the upstream
+// with answer, unless the gateway answered it itself (then Turn.Answer).
+func step(p *pipeline.Pipeline, call *pipeline.Call, answer string) *pipeline.Turn {
+	ctx := context.Background()
+	turn := p.Begin(ctx, call, openai.Chat{})
+	if turn.Answer == nil {
+		p.Finish(ctx, turn, pipeline.Outcome{Status: 200, Body: []byte(answer)})
+	}
+	return turn
+}
+
 // openBolt opens the bbolt store in dir, closed when the test ends (a
 // test may close it sooner, to restart on it).
 func openBolt(t *testing.T, dir string) *store.Bolt {
@@ -59,11 +70,7 @@ func TestRestoreLeavesEndedRunsInTheStore(t *testing.T) {
 		if echo { // the agent sends back the tool call it was asked for
 			b = []byte(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Do the task."},{"role":"assistant","content":null,"tool_calls":[{"id":"call_x","type":"function","function":{"name":"read","arguments":"{\"page\":1}"}}]},{"role":"tool","tool_call_id":"call_x","content":"page one"}],"tools":[{"type":"function","function":{"name":"read","parameters":{"type":"object"}}}]}`)
 		}
-		turn := p.Begin(ctx, &pipeline.Call{Body: b, RunID: runID, RunBudget: budget}, openai.Chat{})
-		if turn.Answer == nil {
-			p.Finish(ctx, turn, pipeline.Outcome{Status: 200, Body: []byte(answer)})
-		}
-		return turn
+		return step(p, &pipeline.Call{Body: b, RunID: runID, RunBudget: budget}, answer)
 	}
 	// ended: one step, then its max_steps line ends it (wrapped up: the
 	// default mode is finalize); its tool call id is a lineage key. live:
@@ -142,23 +149,14 @@ func TestSubAgentDrawsOnAParentThatLeftMemory(t *testing.T) {
 	clock := time.Unix(1_800_000_000, 0)
 	now := func() time.Time { return clock }
 	p, _ := boltPipeline(t, t.TempDir(), now)
-	ctx := context.Background()
-	step := func(call *pipeline.Call, answer string) *pipeline.Turn {
-		t.Helper()
-		turn := p.Begin(ctx, call, openai.Chat{})
-		if turn.Answer == nil {
-			p.Finish(ctx, turn, pipeline.Outcome{Status: 200, Body: []byte(answer)})
-		}
-		return turn
-	}
-	step(&pipeline.Call{Body: taskBody, RunID: "r-parent", RunBudget: "max_steps=3"}, toolResponse)
-	step(&pipeline.Call{Body: taskBody, RunID: "r-parent"}, finalResponse) // 2 of its 3 steps spent
+	step(p, &pipeline.Call{Body: taskBody, RunID: "r-parent", RunBudget: "max_steps=3"}, toolResponse)
+	step(p, &pipeline.Call{Body: taskBody, RunID: "r-parent"}, finalResponse) // 2 of its 3 steps spent
 	clock = clock.Add(time.Minute)
 	if p.SweepEnded(); p.Runs().Get("r-parent") != nil {
 		t.Fatal("setup: the parent stayed in memory")
 	}
 	for range 3 {
-		if turn := step(&pipeline.Call{Body: taskBody, RunID: "r-child", ParentRunID: "r-parent"}, toolResponse); turn.Answer != nil {
+		if turn := step(p, &pipeline.Call{Body: taskBody, RunID: "r-child", ParentRunID: "r-parent"}, toolResponse); turn.Answer != nil {
 			break
 		}
 	}
@@ -176,7 +174,6 @@ func TestLongRunTimelineIsWhole(t *testing.T) {
 	clock := time.Unix(1_800_000_000, 0)
 	now := func() time.Time { return clock }
 	p, _ := boltPipeline(t, t.TempDir(), now)
-	ctx := context.Background()
 	const run, steps = "r-long", 40
 	whole := func(when string) int {
 		t.Helper()
@@ -192,11 +189,9 @@ func TestLongRunTimelineIsWhole(t *testing.T) {
 		return len(evs)
 	}
 	for k := range steps {
-		turn := p.Begin(ctx, &pipeline.Call{Body: agentStep(run, k), RunID: run}, openai.Chat{})
-		if turn.Answer != nil {
+		if turn := step(p, &pipeline.Call{Body: agentStep(run, k), RunID: run}, string(agentAnswer(run, k, steps))); turn.Answer != nil {
 			t.Fatalf("step %d refused: %s", k, turn.Answer.Body)
 		}
-		p.Finish(ctx, turn, pipeline.Outcome{Status: 200, Body: agentAnswer(run, k, steps)})
 		if k == steps/2 {
 			r := p.Runs().Get(run)
 			r.Mu.Lock()
@@ -224,11 +219,9 @@ func TestLongRunTimelineIsWhole(t *testing.T) {
 func TestLongRunLineageLeavesMemory(t *testing.T) {
 	t.Parallel()
 	p, _ := boltPipeline(t, t.TempDir(), time.Now)
-	ctx := context.Background()
 	const run, steps = "r-lineage", 40
 	for k := range steps {
-		turn := p.Begin(ctx, &pipeline.Call{Body: agentStep(run, k), RunID: run}, openai.Chat{})
-		p.Finish(ctx, turn, pipeline.Outcome{Status: 200, Body: agentAnswer(run, k, steps+1)})
+		step(p, &pipeline.Call{Body: agentStep(run, k), RunID: run}, string(agentAnswer(run, k, steps+1)))
 	}
 	held := 0
 	p.Runs().LineageKeys(func(_, id string) {
@@ -240,9 +233,7 @@ func TestLongRunLineageLeavesMemory(t *testing.T) {
 		t.Fatalf("%d lineage keys of the run in memory after %d steps", held, steps)
 	}
 	// A request whose last assistant turn is step 3's, without a run id.
-	turn := p.Begin(ctx, &pipeline.Call{Body: agentStep(run, 4)}, openai.Chat{})
-	if turn.RunID() != run {
+	if turn := step(p, &pipeline.Call{Body: agentStep(run, 4)}, string(agentAnswer(run, 4, steps+1))); turn.RunID() != run {
 		t.Fatalf("an early turn's tool call id found run %q", turn.RunID())
 	}
-	p.Finish(ctx, turn, pipeline.Outcome{Status: 200, Body: agentAnswer(run, 4, steps+1)})
 }
