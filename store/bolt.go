@@ -120,9 +120,12 @@ func OpenBoltWith(dir string, opts BoltOptions) (*Bolt, error) {
 	}
 	db, err := bolt.Open(filepath.Join(dir, "haltline.db"), 0o600, &bolt.Options{
 		Timeout: 2 * time.Second,
-		// The freelist is rebuilt on open instead of written at every
-		// commit, and kept as a hashmap.
-		NoFreelistSync: true,
+		// The freelist is written at every commit (a few pages: bbolt
+		// reuses freed pages) rather than rebuilt at open by reading every
+		// page of the file, which took 31–53 ms (page cache warm) of a
+		// restart on a 161 MB store against 0.3–0.5 ms, with no difference
+		// in BenchmarkCheckpoint. Kept as a hashmap.
+		NoFreelistSync: false,
 		FreelistType:   bolt.FreelistMapType,
 		// Address space, not memory: a file growing within it is never
 		// remapped, and a remap copies every in-memory node out of the old
