@@ -96,10 +96,15 @@ func (b *MemBook) Ledger(key string) *Ledger {
 	return b.ledgers[key]
 }
 
-// Put adds a ledger as it is (restored from the store).
+// Put adds a ledger as it is (restored from the store), unless the book
+// holds one with its key: that one is live, and may already hold
+// reservations (two runs loaded at once can both restore the parent ledger
+// they share).
 func (b *MemBook) Put(l *Ledger) {
 	b.mu.Lock()
-	b.ledgers[l.Key()] = l
+	if _, ok := b.ledgers[l.Key()]; !ok {
+		b.ledgers[l.Key()] = l
+	}
 	b.mu.Unlock()
 }
 

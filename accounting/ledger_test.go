@@ -595,3 +595,25 @@ func TestReserveManyLedgers(t *testing.T) {
 		t.Errorf("Headroom.Steps = %d after release", h.Steps)
 	}
 }
+
+// A ledger restored from the store does not replace the live one of its
+// key: that one may hold reservations the restored copy knows nothing of.
+func TestMemBookPutKeepsTheLiveLedger(t *testing.T) {
+	t.Parallel()
+	b := NewMemBook()
+	lim := Vector{Steps: 10}
+	b.Put(NewLedger("run:a", lim, Vector{}))
+	live := b.Ledger("run:a")
+	h, sf, err := b.Reserve(t.Context(), []string{"run:a"}, Vector{Steps: 3}, false, time.Minute, t0)
+	if sf != nil || err != nil {
+		t.Fatalf("Reserve: %v %v", sf, err)
+	}
+	b.Put(RestoreLedger(LedgerState{Key: "run:a", Limit: lim}))
+	if b.Ledger("run:a") != live {
+		t.Fatal("Put replaced the live ledger")
+	}
+	if _, _, reserved := live.Snapshot(); reserved.Steps != 3 {
+		t.Fatalf("reserved %+v", reserved)
+	}
+	_ = b.Release(t.Context(), h)
+}
