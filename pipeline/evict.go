@@ -1,7 +1,6 @@
 package pipeline
 
 import (
-	"encoding/json"
 	"slices"
 	"time"
 
@@ -73,7 +72,7 @@ func (p *Pipeline) restoreLedgers(keys []string) {
 			continue
 		}
 		var ls accounting.LedgerState
-		if json.Unmarshal(v, &ls) == nil {
+		if decode(v, &ls) == nil {
 			ls.Reserved = accounting.Vector{} // nothing of an ended run is in flight
 			mb.Put(accounting.RestoreLedger(ls))
 		}

@@ -313,7 +313,7 @@ func (p *Pipeline) Restore(ctx context.Context) (runs int, err error) {
 		// run (restoreLedgers), and most runs in the store have ended.
 		load := func(k, v []byte) error {
 			var ls accounting.LedgerState
-			if err := json.Unmarshal(v, &ls); err != nil {
+			if err := decode(v, &ls); err != nil {
 				return fmt.Errorf("ledger %q: %w", k, err)
 			}
 			ls.Reserved = reserved[ls.Key]
@@ -346,38 +346,7 @@ func (p *Pipeline) Restore(ctx context.Context) (runs int, err error) {
 		}
 		mb.Adopt(res)
 	}
-	err = st.Scan(store.Runs, func(k, v []byte) error {
-		if storedFinal(v) {
-			// An ended run stays in the store until something asks for it
-			// (getRun: a call, a lineage key, the control plane), as after
-			// its eviction: loading every run ever stored made a restart's
-			// time and memory grow with the store's history (3 s and 570 MB
-			// for 22k runs).
-			return nil
-		}
-		var b runBlob
-		if err := decode(v, &b); err != nil {
-			return fmt.Errorf("run %q: %w", k, err)
-		}
-		events, _ := p.storedEvents(b.Run.ID)
-		r := runstate.Restore(b.Run, events, now)
-		r.TrimEvents(b.Run.LastEventSeq, eventsInMemory)
-		g := p.governanceOf(&b)
-		if err := p.loadStoredResults(g, b.Run.ID); err != nil {
-			return err
-		}
-		p.restoreLedgers(g.ledgers)
-		if g.ledger != "" {
-			lim := budgetOf(b.Limits).Vector
-			// A run ledger missing from the store (never written) starts afresh.
-			_ = p.book.Ensure(ctx, []accounting.LedgerSpec{{Key: g.ledger, Limit: lim,
-				FinalReserve: finalReserve(lim, b.Limits.FinalReserve)}}, now)
-		}
-		r.Ext = g
-		p.runs.Put(r)
-		runs++
-		return nil
-	})
+	runs, err = p.restoreRuns(ctx, st, now)
 	if err != nil {
 		return runs, err
 	}

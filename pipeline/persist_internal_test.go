@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/haltline/haltline/accounting"
 	"github.com/haltline/haltline/policy"
 	"github.com/haltline/haltline/runstate"
 	"github.com/haltline/haltline/store"
@@ -131,6 +132,23 @@ func TestDecodeMatchesEncodingJSON(t *testing.T) {
 	}
 	if !reflect.DeepEqual(fastEv, stdEv) {
 		t.Fatalf("events decoded differently:\n goccy %+v\n std   %+v", fastEv, stdEv)
+	}
+	// A ledger as persist writes it, every member set (a team window's).
+	vec := accounting.Vector{Steps: 3, Tokens: 4, InputTokens: 5, OutputTokens: 6, ToolCalls: 7, Cost: 8}
+	ledger, err := encode(accounting.LedgerState{Key: "team:t\u00e9:daily", Limit: vec, FinalReserve: vec, Spent: vec,
+		Reserved: vec, PeriodNs: int64(24 * time.Hour), WindowStart: time.Unix(1700000000, 5).UTC()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fastL, stdL accounting.LedgerState
+	if err := decode(ledger, &fastL); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(ledger, &stdL); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(fastL, stdL) || fastL.Spent != vec {
+		t.Fatalf("ledger decoded differently:\n goccy %+v\n std   %+v", fastL, stdL)
 	}
 }
 

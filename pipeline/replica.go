@@ -88,8 +88,8 @@ func (p *Pipeline) getRun(id string) (*runstate.Run, error) {
 		return nil, fmt.Errorf("run %s: %w", id, err)
 	}
 	var events []runstate.Event
-	if !p.shared() { // single replica: the run's timeline comes back with it
-		events, _ = p.storedEvents(id)
+	if !p.shared() {
+		events = p.timelineToRestore(&b)
 	}
 	r := runstate.Restore(b.Run, events, p.now())
 	r.TrimEvents(b.Run.LastEventSeq, eventsInMemory)

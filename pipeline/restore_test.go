@@ -3,6 +3,9 @@ package pipeline_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -210,6 +213,103 @@ func TestLongRunTimelineIsWhole(t *testing.T) {
 	}
 	if m := whole("after leaving memory"); m != n {
 		t.Fatalf("%d events after leaving memory, %d before", m, n)
+	}
+}
+
+// A restart leaves an unfinished run's timeline in the store: the run
+// comes back with no event in memory, numbers its next events after the
+// stored ones, and its timeline reads whole. A snapshot written without
+// its last event's number (before it was kept) has its events read back,
+// so its next event does not overwrite a stored one.
+func TestRestartTimelineIsWhole(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	const run, steps = "r-restarted", 12
+	k := 0
+	// Each leg takes two steps on a fresh pipeline over the same store,
+	// after restoring what the last one left.
+	leg := func(oldSnapshot bool) (held int) {
+		t.Helper()
+		p, st := boltPipeline(t, dir, time.Now)
+		if oldSnapshot {
+			v, err := st.Get(store.Runs, []byte(run))
+			if err != nil || v == nil {
+				t.Fatalf("stored run: %q %v", v, err)
+			}
+			old := regexp.MustCompile(`,"last_event_seq":\d+`).ReplaceAll(v, nil)
+			if len(old) == len(v) {
+				t.Fatal("setup: no last_event_seq in the snapshot")
+			}
+			if err := <-st.Apply([]store.Op{{Bucket: store.Runs, Key: []byte(run), Value: old}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := p.Restore(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if r := p.Runs().Get(run); r != nil {
+			r.Mu.Lock()
+			held = len(r.Events)
+			r.Mu.Unlock()
+		}
+		for range 2 {
+			if turn := step(p, &pipeline.Call{Body: agentStep(run, k), RunID: run}, string(agentAnswer(run, k, steps))); turn.Answer != nil {
+				t.Fatalf("step %d refused: %s", k, turn.Answer.Body)
+			}
+			k++
+		}
+		evs, ok, err := p.Events(run)
+		if err != nil || !ok || len(evs) < 3*k/2 {
+			t.Fatalf("after step %d: %d events, %v %v", k, len(evs), ok, err)
+		}
+		for i, e := range evs {
+			if e.Seq != int64(i+1) {
+				t.Fatalf("after step %d: event %d has seq %d", k, i, e.Seq)
+			}
+		}
+		st.Close()
+		return held
+	}
+	leg(false)
+	if held := leg(false); held != 0 {
+		t.Fatalf("the restored run held %d events in memory", held)
+	}
+	if held := leg(true); held == 0 {
+		t.Fatal("a snapshot without last_event_seq was restored without its events")
+	}
+	leg(false)
+}
+
+// Unfinished runs are rebuilt by several workers: every one comes back,
+// with its spending; a snapshot that does not decode fails the restore,
+// naming its run, without leaving the scan or a worker stuck.
+func TestRestoreManyRunsAndACorruptOne(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	const runs = 300 // more than the workers' queue holds
+	id := func(i int) string { return fmt.Sprintf("r-%03d", i) }
+	p, st := boltPipeline(t, dir, time.Now)
+	for i := range runs {
+		step(p, &pipeline.Call{Body: taskBody, RunID: id(i), RunBudget: "max_steps=5"}, toolResponse)
+	}
+	st.Close()
+	p, st = boltPipeline(t, dir, time.Now)
+	if n, err := p.Restore(context.Background()); n != runs || err != nil {
+		t.Fatalf("restored %d runs, %v", n, err)
+	}
+	for i := range runs {
+		rec, ok, err := p.Record(id(i))
+		if !ok || err != nil || rec.AgentSteps != 1 || rec.InputTokens != 1000 || p.Runs().Get(id(i)) == nil {
+			t.Fatalf("run %s: %d steps, %d input tokens, %v %v", id(i), rec.AgentSteps, rec.InputTokens, ok, err)
+		}
+	}
+	if err := <-st.Apply([]store.Op{{Bucket: store.Runs, Key: []byte(id(150)), Value: []byte(`{"run":{"id":"r-150","state":"running",`)}}); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	p, _ = boltPipeline(t, dir, time.Now)
+	if _, err := p.Restore(context.Background()); err == nil || !strings.Contains(err.Error(), id(150)) {
+		t.Fatalf("restore with a corrupt snapshot: %v", err)
 	}
 }
 
