@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"fmt"
 	"net/http"
 	"os"
@@ -19,12 +18,26 @@ import (
 
 // redisProc is a redis-server of the test's own, on a free loopback port.
 type redisProc struct {
-	cmd  *exec.Cmd
-	port string
-	dir  string
+	cmd    *exec.Cmd
+	port   string
+	dir    string
+	exited chan struct{} // closed once cmd has exited and been waited for
 }
 
+// startRedisAt starts redis-server on port, keeping its data in dir.
 func startRedisAt(t *testing.T, port, dir string) *redisProc {
+	t.Helper()
+	p, err := tryRedisAt(t, port, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// tryRedisAt starts redis-server on port and waits until it answers; it
+// fails when the server exits (the port was taken) or another process
+// answers on the port.
+func tryRedisAt(t *testing.T, port, dir string) (*redisProc, error) {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
@@ -35,47 +48,60 @@ func startRedisAt(t *testing.T, port, dir string) *redisProc {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &redisProc{cmd: cmd, port: port, dir: dir}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	p := &redisProc{cmd: cmd, port: port, dir: dir, exited: exited}
+	t.Cleanup(p.kill)
+	ours := fmt.Sprintf("process_id:%d\r\n", cmd.Process.Pid)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if out, err := exec.Command("redis-cli", "-p", port, "ping").Output(); err == nil && strings.TrimSpace(string(out)) == "PONG" {
-			return p
+		select {
+		case <-exited:
+			return nil, fmt.Errorf("redis-server on port %s exited", port)
+		default:
+		}
+		if out, err := exec.Command("redis-cli", "-p", port, "info", "server").Output(); err == nil {
+			if !strings.Contains(string(out), ours) {
+				p.kill()
+				return nil, fmt.Errorf("another redis-server answers on port %s", port)
+			}
+			return p, nil
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("redis-server did not start")
+			return nil, fmt.Errorf("redis-server did not start on port %s", port)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 }
 
+// startRedis starts redis-server on a free port: another port when a
+// parallel test's process took the one picked before it was bound.
 func startRedis(t *testing.T) *redisProc {
 	t.Helper()
-	addr := freePort(t)
-	return startRedisAt(t, addr[strings.LastIndexByte(addr, ':')+1:], t.TempDir())
+	var err error
+	for range 5 {
+		addr := freePort(t)
+		var p *redisProc
+		if p, err = tryRedisAt(t, addr[strings.LastIndexByte(addr, ':')+1:], t.TempDir()); err == nil {
+			return p
+		}
+	}
+	t.Fatal(err)
+	return nil
 }
 
 func (r *redisProc) url() string { return "redis://127.0.0.1:" + r.port + "/0" }
 
 func (r *redisProc) kill() {
 	_ = r.cmd.Process.Signal(syscall.SIGKILL)
-	_ = r.cmd.Wait()
+	<-r.exited
 }
 
 // startReplica runs the real binary on a shared Redis with a config file.
 func startReplica(t *testing.T, bin, upstream, config string) *process {
 	t.Helper()
-	p := &process{data: freePort(t), admin: freePort(t), stderr: &bytes.Buffer{}}
-	p.cmd = exec.Command(bin, "serve", "--config", config, "--listen", p.data, "--admin-listen", p.admin,
-		"--openai-base-url", upstream, "--anthropic-base-url", upstream)
-	p.cmd.Env = append(os.Environ(), "OPENAI_API_KEY=sk-upstream", "ANTHROPIC_API_KEY=", "OPENAI_BASE_URL=", "ANTHROPIC_BASE_URL=")
-	p.cmd.Stderr = p.stderr
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.cmd.Process.Kill(); _ = p.cmd.Wait() })
-	waitReady(t, p)
-	return p
+	return launch(t, bin, []string{"OPENAI_API_KEY=sk-upstream", "ANTHROPIC_API_KEY=", "OPENAI_BASE_URL=", "ANTHROPIC_BASE_URL="},
+		"--config", config, "--openai-base-url", upstream, "--anthropic-base-url", upstream)
 }
 
 func waitReady(t *testing.T, p *process) {

@@ -1,14 +1,17 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -31,6 +34,9 @@ func buildGateway(t *testing.T) string {
 	return bin
 }
 
+// freePort returns a loopback address free when asked (for redis-server,
+// which cannot report a port the kernel picked); another process may take
+// it before it is bound, so its users check they reached their own.
 func freePort(t *testing.T) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -44,34 +50,78 @@ func freePort(t *testing.T) string {
 type process struct {
 	cmd         *exec.Cmd
 	data, admin string
-	stderr      *bytes.Buffer
+	stderr      *lockedBuffer
+}
+
+// lockedBuffer is a process's stderr, read while it is written.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 func startBinary(t *testing.T, bin, upstream, dataDir string) *process {
 	t.Helper()
-	p := &process{data: freePort(t), admin: freePort(t), stderr: &bytes.Buffer{}}
-	p.cmd = exec.Command(bin, "serve", "--listen", p.data, "--admin-listen", p.admin,
+	return launch(t, bin, []string{"OPENAI_API_KEY=", "ANTHROPIC_API_KEY=", "OPENAI_BASE_URL=", "ANTHROPIC_BASE_URL="},
 		"--openai-base-url", upstream, "--anthropic-base-url", upstream, "--data-dir", dataDir)
-	p.cmd.Env = append(os.Environ(), "OPENAI_API_KEY=", "ANTHROPIC_API_KEY=", "OPENAI_BASE_URL=", "ANTHROPIC_BASE_URL=")
-	p.cmd.Stderr = p.stderr
+}
+
+// launch runs gateway serve with args, its listeners on ports the kernel
+// picks (read back from its start line: a port picked free and bound later
+// could be taken meanwhile by a parallel test's process), and waits until
+// it is ready.
+func launch(t *testing.T, bin string, env []string, args ...string) *process {
+	t.Helper()
+	p := &process{stderr: &lockedBuffer{}}
+	p.cmd = exec.Command(bin, append([]string{"serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"}, args...)...)
+	p.cmd.Env = append(os.Environ(), env...)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.cmd.Stderr = w
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	w.Close()
 	t.Cleanup(func() { _ = p.cmd.Process.Kill(); _ = p.cmd.Wait() })
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		resp, err := http.Get("http://" + p.admin + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return p
+	type started struct{ Msg, Listen, Admin string }
+	addrs := make(chan started, 1)
+	go func() {
+		defer r.Close()
+		sc := bufio.NewScanner(r)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			fmt.Fprintf(p.stderr, "%s\n", sc.Bytes())
+			var line started
+			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "gateway started" {
+				addrs <- line
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("gateway not ready: %s", p.stderr)
+		close(addrs)
+	}()
+	select {
+	case line, ok := <-addrs:
+		if !ok {
+			t.Fatalf("gateway exited before it started: %s", p.stderr)
 		}
-		time.Sleep(20 * time.Millisecond)
+		p.data, p.admin = line.Listen, line.Admin
+	case <-time.After(15 * time.Second):
+		t.Fatalf("gateway did not start: %s", p.stderr)
 	}
+	waitReady(t, p)
+	return p
 }
 
 // The real binary takes a run three steps, dies by SIGKILL, restarts on the
