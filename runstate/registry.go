@@ -166,16 +166,47 @@ func (f Filter) Match(rec Record) bool {
 	return (f.Status == "" || string(rec.Status) == f.Status) &&
 		(f.Tenant == "" || rec.Tenant == f.Tenant) &&
 		(f.Reason == "" || rec.Reason == f.Reason) &&
-		(f.Since.IsZero() || rec.Created >= f.Since.UTC().Format(time.RFC3339Nano))
+		(f.Since.IsZero() || !createdAt(rec).Before(f.Since))
 }
 
-// Sort orders records newest first and applies the limit.
+// createdAt is a record's creation time. Records are compared by it, not
+// by their Created text: RFC 3339 with trailing zeros of the fraction cut
+// does not sort as text ("…:01Z" after "…:01.5Z").
+func createdAt(rec Record) time.Time {
+	t, _ := time.Parse(time.RFC3339Nano, rec.Created)
+	return t
+}
+
+// Sort orders records newest first (then by id) and applies the limit.
 func (f Filter) Sort(out []Record) []Record {
-	sort.Slice(out, func(i, j int) bool { return out[i].Created > out[j].Created })
+	s := byCreated{out, make([]time.Time, len(out))}
+	for i := range out {
+		s.at[i] = createdAt(out[i])
+	}
+	sort.Sort(s)
 	if f.Limit > 0 && len(out) > f.Limit {
 		out = out[:f.Limit]
 	}
 	return out
+}
+
+// byCreated sorts records newest first, with their creation times parsed
+// once.
+type byCreated struct {
+	recs []Record
+	at   []time.Time
+}
+
+func (s byCreated) Len() int { return len(s.recs) }
+func (s byCreated) Less(i, j int) bool {
+	if !s.at[i].Equal(s.at[j]) {
+		return s.at[i].After(s.at[j])
+	}
+	return s.recs[i].ID < s.recs[j].ID
+}
+func (s byCreated) Swap(i, j int) {
+	s.recs[i], s.recs[j] = s.recs[j], s.recs[i]
+	s.at[i], s.at[j] = s.at[j], s.at[i]
 }
 
 // Count returns the number of runs by state.

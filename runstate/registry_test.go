@@ -3,6 +3,7 @@ package runstate
 import (
 	"fmt"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 )
@@ -65,4 +66,34 @@ func BenchmarkLineageLookup100k(b *testing.B) {
 		}
 	}
 	b.ReportMetric(perRun, "heap-B/run") // after the loop: ResetTimer clears metrics
+}
+
+// Records sort newest first and match Since by time: RFC 3339 text drops
+// the fraction's trailing zeros, so a run created on a whole second sorted
+// as newer than every run later in that second.
+func TestFilterOrdersByCreationTime(t *testing.T) {
+	t.Parallel()
+	base := time.Date(2027, 1, 15, 8, 0, 1, 0, time.UTC)
+	at := func(id string, d time.Duration) Record {
+		return Record{Identity: Identity{ID: id}, Created: base.Add(d).Format(time.RFC3339Nano)}
+	}
+	recs := []Record{at("whole", 0), at("later", 999*time.Millisecond), at("next", time.Second),
+		at("earlier", -500*time.Millisecond), at("b-tie", 250*time.Millisecond), at("a-tie", 250*time.Millisecond)}
+	got := Filter{Limit: 5}.Sort(recs)
+	var ids []string
+	for _, r := range got {
+		ids = append(ids, r.ID)
+	}
+	if want := "next later a-tie b-tie whole"; strings.Join(ids, " ") != want {
+		t.Fatalf("order %v, want %s", ids, want)
+	}
+	since := Filter{Since: base.Add(100 * time.Millisecond)}
+	for _, c := range []struct {
+		rec  Record
+		want bool
+	}{{at("whole", 0), false}, {at("b", 100*time.Millisecond), true}, {at("c", 999*time.Millisecond), true}, {at("d", -time.Hour), false}} {
+		if since.Match(c.rec) != c.want {
+			t.Errorf("Since match of %s: %v", c.rec.Created, !c.want)
+		}
+	}
 }
