@@ -205,7 +205,11 @@ func (p *Pipeline) Records(f runstate.Filter) ([]runstate.Record, error) {
 			}
 			return nil
 		}
-		var b runBlob
+		// Only the run's state: its governance (the loop guard's state,
+		// tool state, context) was most of a list's decoding.
+		var b struct {
+			Run runstate.Persisted `json:"run"`
+		}
 		if err := decode(v, &b); err != nil {
 			return nil // a record that cannot be read is skipped, not fatal
 		}

@@ -33,7 +33,7 @@ func step(p *pipeline.Pipeline, call *pipeline.Call, answer string) *pipeline.Tu
 
 // openBolt opens the bbolt store in dir, closed when the test ends (a
 // test may close it sooner, to restart on it).
-func openBolt(t *testing.T, dir string) *store.Bolt {
+func openBolt(t testing.TB, dir string) *store.Bolt {
 	t.Helper()
 	st, err := store.OpenBolt(dir)
 	if err != nil {
@@ -45,7 +45,7 @@ func openBolt(t *testing.T, dir string) *store.Bolt {
 
 // boltPipeline is a pipeline on the bbolt store in dir, with the
 // default policies and a settable clock.
-func boltPipeline(t *testing.T, dir string, now func() time.Time) (*pipeline.Pipeline, *store.Bolt) {
+func boltPipeline(t testing.TB, dir string, now func() time.Time) (*pipeline.Pipeline, *store.Bolt) {
 	t.Helper()
 	st := openBolt(t, dir)
 	pol, err := policy.New(context.Background(), policy.Options{})
@@ -335,5 +335,31 @@ func TestLongRunLineageLeavesMemory(t *testing.T) {
 	// A request whose last assistant turn is step 3's, without a run id.
 	if turn := step(p, &pipeline.Call{Body: agentStep(run, 4)}, string(agentAnswer(run, 4, steps+1))); turn.RunID() != run {
 		t.Fatalf("an early turn's tool call id found run %q", turn.RunID())
+	}
+}
+
+// BenchmarkRecordsFromStore is the admin run list over 2,000 ended runs
+// that left memory (read from the bbolt store), newest 50.
+func BenchmarkRecordsFromStore(b *testing.B) {
+	clock := time.Unix(1_800_000_000, 0)
+	p, _ := boltPipeline(b, b.TempDir(), func() time.Time { return clock })
+	const runs, steps = 2000, 3
+	for i := range runs {
+		id := fmt.Sprintf("r-list-%04d", i)
+		for k := range steps {
+			step(p, &pipeline.Call{Body: agentStep(id, k), RunID: id}, string(agentAnswer(id, k, steps)))
+		}
+		clock = clock.Add(time.Millisecond)
+	}
+	clock = clock.Add(time.Hour)
+	if p.SweepEnded(); p.Runs().Get("r-list-0000") != nil {
+		b.Fatal("setup: the runs stayed in memory")
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		recs, err := p.Records(runstate.Filter{Limit: 50})
+		if err != nil || len(recs) != 50 || recs[0].ID != "r-list-1999" {
+			b.Fatalf("%d records (first %s), %v", len(recs), recs[0].ID, err)
+		}
 	}
 }
