@@ -1,0 +1,109 @@
+package runstate
+
+import (
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"testing"
+	"time"
+)
+
+// fullPersisted sets every member of Persisted, strings from s.
+func fullPersisted(s string, n int64, at time.Time) Persisted {
+	return Persisted{
+		Identity: Identity{ID: s, SessionID: s + "-s", ParentID: s, AgentID: s, TaskType: s, Tenant: s, Team: s, User: s},
+		State:    State(s),
+		Counters: Counters{AgentSteps: n, ModelCalls: n + 1, ToolCalls: n + 2, ToolAttempts: n + 3, InputTokens: n + 4,
+			OutputTokens: n + 5, ReasoningTokens: n + 6, CachedTokens: n + 7, CacheWriteTokens: n + 8, EstimatedCost: n, ActualCost: n, LoopHits: n + 9},
+		EstimatedCost: n * 3, ActualCost: -n, MaxSteps: n, DeadlineMs: n, Created: at, ElapsedMs: n, Ended: at.Add(time.Duration(n)),
+		LastAction:     &Action{Tool: s, ArgumentsHash: s},
+		Partial:        s,
+		Termination:    &Termination{Reason: s, Detail: s, Detector: s, Step: n, Evidence: []string{s, "", s + "2"}, Mode: s, ResumeToken: s},
+		ResumeToken:    s,
+		WouldTerminate: []ShadowHit{{Line: s, Step: n, Detector: s, Evidence: s, At: s}, {Line: "", At: ""}},
+		Outstanding:    map[string]OutstandingCall{s: {Name: s, Fingerprint: s}, s + "b": {}, "a" + s: {Name: "x", Fingerprint: "y"}},
+		LastEventSeq:   n,
+	}
+}
+
+// AppendJSON writes what json.Marshal writes: the snapshot format is read
+// back by encoding/json and goccy alike.
+func TestPersistedAppendJSONIsMarshal(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2027, 1, 15, 8, 0, 1, 500, time.UTC)
+	cases := map[string]Persisted{
+		"zero":         {},
+		"usual":        {Identity: Identity{ID: "r-1", SessionID: "s-1", Tenant: "acme"}, State: ExecutingTools, Created: at, Counters: Counters{AgentSteps: 3}, LastEventSeq: 12},
+		"full":         fullPersisted("run", 42, at),
+		"escapes":      fullPersisted("a\"b\\c\n\t\x01<>&\u2028\u2029é😀\xff", -7, at.In(time.FixedZone("x", 5*3600+1800))),
+		"whole second": fullPersisted("w", 0, time.Date(2027, 1, 15, 8, 0, 1, 0, time.UTC)),
+		"one outstanding": {Identity: Identity{ID: "r"}, Outstanding: map[string]OutstandingCall{"call_1": {Name: "read", Fingerprint: "f"}},
+			WouldTerminate: []ShadowHit{{Line: "stalled"}}, Termination: &Termination{Reason: "deadline"}},
+	}
+	many := fullPersisted("m", 1, at)
+	for i := range 12 { // sorted in a slice past 8
+		many.Outstanding[fmt.Sprintf("call_%d", 11*i%12)] = OutstandingCall{Name: fmt.Sprint(i)}
+	}
+	cases["many outstanding"] = many
+	for name, p := range cases {
+		want, err := json.Marshal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := p.AppendJSON([]byte("prefix")); string(got) != "prefix"+string(want) {
+			t.Errorf("%s:\n got %s\nwant %s", name, got[len("prefix"):], want)
+		}
+	}
+}
+
+func FuzzPersistedAppendJSON(f *testing.F) {
+	f.Add("r-1", "s", int64(3), int64(1_800_000_000_123))
+	f.Add("<\u2028\xff\"", "", int64(-1), int64(0))
+	f.Fuzz(func(t *testing.T, a, b string, n, ns int64) {
+		p := fullPersisted(a, n, time.Unix(0, ns%(1<<62)).UTC())
+		p.SessionID, p.Partial = b, b
+		p.Outstanding[b] = OutstandingCall{Name: a + b}
+		want, err := json.Marshal(p)
+		if err != nil {
+			return // a time json.Marshal refuses
+		}
+		if got := p.AppendJSON(nil); string(got) != string(want) {
+			t.Fatalf("\n got %s\nwant %s", got, want)
+		}
+	})
+}
+
+// fullPersisted sets every member, nested ones included: a field added to
+// Persisted and not to AppendJSON then shows in
+// TestPersistedAppendJSONIsMarshal even when it is omitempty.
+func TestFullPersistedSetsEveryField(t *testing.T) {
+	t.Parallel()
+	var walk func(path string, v reflect.Value)
+	walk = func(path string, v reflect.Value) {
+		if v.IsZero() {
+			t.Errorf("fullPersisted leaves %s zero", path)
+			return
+		}
+		switch v.Kind() {
+		case reflect.Pointer:
+			walk(path, v.Elem())
+		case reflect.Struct:
+			if v.Type() == reflect.TypeFor[time.Time]() {
+				return
+			}
+			for i := range v.NumField() {
+				walk(path+"."+v.Type().Field(i).Name, v.Field(i))
+			}
+		case reflect.Slice:
+			walk(path+"[0]", v.Index(0))
+		case reflect.Map:
+			for it := v.MapRange(); it.Next(); {
+				if !it.Value().IsZero() {
+					walk(path+"[]", it.Value())
+					return
+				}
+			}
+		}
+	}
+	walk("Persisted", reflect.ValueOf(fullPersisted("x", 5, time.Now())))
+}
