@@ -63,43 +63,36 @@ func encodeRun(run *runstate.Persisted, g *governance) ([]byte, error) {
 		}
 		g.static = v[1 : len(v)-1] // the members, without the braces
 	}
-	// One buffer, sized from the last snapshot, that the encoder writes
-	// into: it is the value kept by the store's overlay until checkpoint.
-	buf := bytes.NewBuffer(make([]byte, 0, max(g.lastSize+256, len(g.static)+1024)))
-	enc := gojson.NewEncoder(buf)
-	member := func(name string, v any) error {
-		buf.WriteString(name)
-		if err := enc.Encode(v); err != nil {
-			return err
-		}
-		buf.Truncate(buf.Len() - 1) // Encode ends each value with a newline
-		return nil
-	}
-	if err := member(`{"run":`, run); err != nil {
-		return nil, err
-	}
-	buf.WriteByte(',')
-	buf.Write(g.static)
+	// One buffer, sized from the last snapshot: it is the value kept by the
+	// store's overlay until checkpoint.
+	buf := make([]byte, 0, max(g.lastSize+256, len(g.static)+1024))
+	buf = append(buf, `{"run":`...)
+	buf = run.AppendJSON(buf)
+	buf = append(append(buf, ','), g.static...)
 	if guard, err := g.guard.MarshalBinary(); err == nil && len(guard) > 0 {
-		buf.WriteString(`,"guard":"`)
-		buf.Write(base64.StdEncoding.AppendEncode(buf.AvailableBuffer(), guard))
-		buf.WriteByte('"')
+		buf = append(buf, `,"guard":"`...)
+		buf = append(base64.StdEncoding.AppendEncode(buf, guard), '"')
 	}
+	// Tool state and context state: runs that use the tool routes or
+	// had their context rewritten.
 	if tools := g.tools.snapshot(); tools != nil {
-		if err := member(`,"tools":`, tools); err != nil {
+		v, err := encode(tools)
+		if err != nil {
 			return nil, err
 		}
+		buf = append(append(buf, `,"tools":`...), v...)
 	}
-	buf.WriteString(`,"version":`)
-	buf.Write(strconv.AppendInt(buf.AvailableBuffer(), g.version, 10))
+	buf = strconv.AppendInt(append(buf, `,"version":`...), g.version, 10)
 	if g.ctx != nil {
-		if err := member(`,"context":`, g.ctx); err != nil {
+		v, err := encode(g.ctx)
+		if err != nil {
 			return nil, err
 		}
+		buf = append(append(buf, `,"context":`...), v...)
 	}
-	buf.WriteByte('}')
-	g.lastSize = buf.Len()
-	return buf.Bytes(), nil
+	buf = append(buf, '}')
+	g.lastSize = len(buf)
+	return buf, nil
 }
 
 // runStatic is the members of runBlob fixed for a run's life.

@@ -18,7 +18,7 @@ import (
 
 // storedPipeline is a pipeline with the default policies on a bbolt store
 // that does not checkpoint during a test.
-func storedPipeline(t *testing.T) *Pipeline {
+func storedPipeline(t testing.TB) *Pipeline {
 	t.Helper()
 	st, err := store.OpenBoltWith(t.TempDir(), store.BoltOptions{CheckpointEvery: time.Hour})
 	if err != nil {
@@ -157,6 +157,31 @@ func TestReservationKeyIsFmts(t *testing.T) {
 		p := &Pipeline{epoch: int64(c[0])}
 		if got, want := string(p.reservationKey(c[1])), fmt.Sprintf("%016x-%016x", int64(c[0]), c[1]); got != want {
 			t.Fatalf("%q, want %q", got, want)
+		}
+	}
+}
+
+// BenchmarkEncodeRun is the snapshot written at every persist (twice a
+// model call): a run after three steps of the harness's agent loop.
+func BenchmarkEncodeRun(b *testing.B) {
+	p := storedPipeline(b)
+	ctx := context.Background()
+	const id = "r-encode"
+	for k := range 3 {
+		body := fmt.Appendf(nil, `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"step %d"}],"tools":[{"type":"function","function":{"name":"search","parameters":{"type":"object"}}}]}`, k)
+		resp := fmt.Appendf(nil, `{"id":"chatcmpl-%d","object":"chat.completion","created":1,"model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"call_%d","type":"function","function":{"name":"search","arguments":"{\"q\":%d}"}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":900,"completion_tokens":18,"total_tokens":918}}`, k, k, k)
+		tr := p.Begin(ctx, &Call{Body: body, RunID: id}, openai.Chat{})
+		p.Finish(ctx, tr, Outcome{Status: 200, Body: resp})
+	}
+	r := p.runs.Get(id)
+	r.Mu.Lock()
+	defer r.Mu.Unlock()
+	g, now := govOf(r), p.now()
+	b.ReportAllocs()
+	for b.Loop() {
+		run := r.Export(now)
+		if _, err := encodeRun(&run, g); err != nil {
+			b.Fatal(err)
 		}
 	}
 }
