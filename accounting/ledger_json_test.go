@@ -1,0 +1,75 @@
+package accounting
+
+import (
+	"encoding/json"
+	"reflect"
+	"testing"
+	"time"
+)
+
+func fullLedgerState(key string, n int64, at time.Time) LedgerState {
+	v := Vector{Steps: n, Tokens: n + 1, InputTokens: n + 2, OutputTokens: n + 3, ToolCalls: n + 4, Cost: Money(n + 5)}
+	return LedgerState{Key: key, Limit: v, FinalReserve: Vector{Cost: Money(n)}, Spent: v, Reserved: Vector{},
+		PeriodNs: n, WindowStart: at}
+}
+
+// AppendJSON writes what json.Marshal writes: ledgers are read back by
+// encoding/json and goccy alike.
+func TestLedgerStateAppendJSONIsMarshal(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2027, 1, 15, 8, 0, 1, 500, time.UTC)
+	for name, st := range map[string]LedgerState{
+		"zero":    {},
+		"run":     {Key: "run:r-1", Limit: Vector{Steps: 20}, Spent: Vector{Steps: 3, Tokens: 2700, Cost: 15_006_000_000}},
+		"full":    fullLedgerState("team:t1:daily", 86_400_000_000_000, at),
+		"escapes": fullLedgerState("team:<é\u2028\xff\"\\>", -3, at.In(time.FixedZone("x", -3600))),
+	} {
+		want, err := json.Marshal(st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := st.AppendJSON([]byte("prefix")); string(got) != "prefix"+string(want) {
+			t.Errorf("%s:\n got %s\nwant %s", name, got[len("prefix"):], want)
+		}
+	}
+	// Every field set, so that a field added and not written shows above.
+	full := reflect.ValueOf(fullLedgerState("k", 1, at))
+	for i := range full.NumField() {
+		if f := full.Type().Field(i); f.Name != "Reserved" && full.Field(i).IsZero() {
+			t.Errorf("fullLedgerState leaves %s zero", f.Name)
+		}
+	}
+	v := reflect.ValueOf(fullLedgerState("k", 1, at).Limit)
+	for i := range v.NumField() {
+		if v.Field(i).IsZero() {
+			t.Errorf("fullLedgerState leaves Limit.%s zero", v.Type().Field(i).Name)
+		}
+	}
+}
+
+func FuzzLedgerStateAppendJSON(f *testing.F) {
+	f.Add("run:r-1", int64(3), int64(0), int64(1_800_000_000_123))
+	f.Add("<\u2028\xff\"", int64(-1), int64(7), int64(0))
+	f.Fuzz(func(t *testing.T, key string, n, m, ns int64) {
+		st := fullLedgerState(key, n, time.Unix(0, ns%(1<<62)).UTC())
+		st.Reserved = Vector{Steps: m, Cost: Money(m * n)}
+		want, err := json.Marshal(st)
+		if err != nil {
+			return
+		}
+		if got := st.AppendJSON(nil); string(got) != string(want) {
+			t.Fatalf("\n got %s\nwant %s", got, want)
+		}
+	})
+}
+
+// BenchmarkLedgerStateAppendJSON is a run ledger's record, written at
+// every persist.
+func BenchmarkLedgerStateAppendJSON(b *testing.B) {
+	st := LedgerState{Key: "run:r0haltline-sat64-1014-2", Limit: Vector{Steps: 100}, FinalReserve: Vector{Steps: 1},
+		Spent: Vector{Steps: 3, Tokens: 2754, InputTokens: 2700, OutputTokens: 54, Cost: 15_006_000_000}, Reserved: Vector{Steps: 1, Tokens: 1900}}
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = st.AppendJSON(make([]byte, 0, len(st.Key)+320))
+	}
+}
