@@ -155,9 +155,8 @@ func (p *Pipeline) persist(r *runstate.Run) <-chan error {
 			// A shared book keeps its own state; an in-process one is saved here.
 			for _, key := range g.ledgers {
 				if l := mb.Ledger(key); l != nil {
-					if v, err := encode(l.State()); err == nil {
-						ops = append(ops, store.Op{Bucket: store.Ledgers, Key: []byte(key), Value: v})
-					}
+					st := l.State()
+					ops = append(ops, store.Op{Bucket: store.Ledgers, Key: []byte(key), Value: st.AppendJSON(make([]byte, 0, len(key)+320))})
 				}
 			}
 		}
