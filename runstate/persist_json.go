@@ -3,6 +3,7 @@ package runstate
 import (
 	"iter"
 	"maps"
+	"math"
 	"slices"
 	"strconv"
 	"time"
@@ -159,4 +160,61 @@ func appendTimeField(b []byte, key string, t time.Time) []byte {
 	b = append(append(b, key...), '"')
 	b = t.AppendFormat(b, time.RFC3339Nano)
 	return append(b, '"')
+}
+
+// AppendEventsJSON appends events as json.Marshal encodes the slice, byte
+// for byte (TestEventsAppendJSONIsMarshal): the events of a persist are one
+// record. A field added to Event must be added here.
+func AppendEventsJSON(b []byte, events []Event) []byte {
+	b = append(b, '[')
+	for i := range events {
+		e := &events[i]
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendIntField(b, `{"seq":`, e.Seq)
+		b = appendStringField(b, `,"at":`, e.At)
+		b = appendIntField(b, `,"elapsed_ms":`, e.ElapsedMs)
+		b = appendStringField(b, `,"type":`, e.Type)
+		b = appendOptionalString(b, `,"from":`, string(e.From))
+		b = appendOptionalString(b, `,"to":`, string(e.To))
+		b = appendIntField(b, `,"step":`, e.Step)
+		b = appendOptionalString(b, `,"detail":`, e.Detail)
+		b = appendOptionalString(b, `,"model":`, e.Model)
+		b = appendOptionalInt(b, `,"input_tokens":`, e.InputTokens)
+		b = appendOptionalInt(b, `,"output_tokens":`, e.OutputTokens)
+		if e.CostUSD != 0 {
+			b = appendFloat(append(b, `,"cost_usd":`...), e.CostUSD)
+		}
+		b = appendOptionalInt(b, `,"status":`, int64(e.Status))
+		b = appendOptionalString(b, `,"tool":`, e.Tool)
+		b = appendOptionalString(b, `,"arguments_hash":`, e.ArgumentsHash)
+		b = append(b, '}')
+	}
+	return append(b, ']')
+}
+
+func appendOptionalInt(b []byte, key string, v int64) []byte {
+	if v == 0 {
+		return b
+	}
+	return appendIntField(b, key, v)
+}
+
+// appendFloat writes f as encoding/json does: the shortest form, in
+// exponent notation below 1e-6 and from 1e21 on, with a one-digit
+// negative exponent not padded.
+func appendFloat(b []byte, f float64) []byte {
+	format := byte('f')
+	if abs := math.Abs(f); abs != 0 && (abs < 1e-6 || abs >= 1e21) {
+		format = 'e'
+	}
+	b = strconv.AppendFloat(b, f, format, -1, 64)
+	if format == 'e' {
+		if n := len(b); n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
+			b[n-2] = b[n-1]
+			b = b[:n-1]
+		}
+	}
+	return b
 }

@@ -107,3 +107,50 @@ func TestFullPersistedSetsEveryField(t *testing.T) {
 	}
 	walk("Persisted", reflect.ValueOf(fullPersisted("x", 5, time.Now())))
 }
+
+func fullEvent(s string, n int64, cost float64) Event {
+	return Event{Seq: n, At: s, ElapsedMs: n + 1, Type: s, From: State(s), To: State(s + "2"), Step: n + 2, Detail: s,
+		Model: s, InputTokens: n + 3, OutputTokens: n + 4, CostUSD: cost, Status: int(n + 5), Tool: s, ArgumentsHash: s}
+}
+
+// AppendEventsJSON writes what json.Marshal writes for the slice.
+func TestEventsAppendJSONIsMarshal(t *testing.T) {
+	t.Parallel()
+	for name, evs := range map[string][]Event{
+		"none":    {},
+		"nil":     nil,
+		"zero":    {{}},
+		"usual":   {{Seq: 1, At: "2027-01-15T08:00:01.5Z", Type: EventTransition, To: Ready, Detail: "run started"}, fullEvent("model_call", 2, 0.015006)},
+		"costs":   {fullEvent("a", 1, 1e-7), fullEvent("b", 2, 1e21), fullEvent("c", 3, 123456789.125), fullEvent("d", 4, -2.5e-9), fullEvent("e", 5, 1e-6)},
+		"escapes": {fullEvent("<\u2028\xff\"\\\n>", -1, 0.1)},
+	} {
+		want, err := json.Marshal(evs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := AppendEventsJSON([]byte("prefix"), evs); string(got) != "prefix"+string(want) && !(evs == nil && string(got) == "prefix[]") {
+			t.Errorf("%s:\n got %s\nwant %s", name, got[len("prefix"):], want)
+		}
+	}
+	v := reflect.ValueOf(fullEvent("x", 1, 0.5))
+	for i := range v.NumField() {
+		if v.Field(i).IsZero() {
+			t.Errorf("fullEvent leaves %s zero", v.Type().Field(i).Name)
+		}
+	}
+}
+
+func FuzzEventsAppendJSON(f *testing.F) {
+	f.Add("model_call", int64(3), 0.015006)
+	f.Add("<\u2028\xff\"", int64(-1), 1e-300)
+	f.Fuzz(func(t *testing.T, s string, n int64, cost float64) {
+		evs := []Event{fullEvent(s, n, cost), {Seq: n, Type: s}}
+		want, err := json.Marshal(evs)
+		if err != nil {
+			return // NaN or an infinity, which json.Marshal refuses
+		}
+		if got := AppendEventsJSON(nil, evs); string(got) != string(want) {
+			t.Fatalf("\n got %s\nwant %s", got, want)
+		}
+	})
+}
