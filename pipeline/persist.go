@@ -166,9 +166,8 @@ func (p *Pipeline) persist(r *runstate.Run) <-chan error {
 		// The events of one persist are one record, keyed by the first's
 		// sequence number: one write instead of one per transition.
 		if evs := r.EventsSince(g.savedSeq); len(evs) > 0 {
-			if v, err := encode(evs); err == nil {
-				ops = append(ops, store.Op{Bucket: store.Events, Key: store.EventKey(r.ID, evs[0].Seq), Value: v})
-			}
+			v := runstate.AppendEventsJSON(make([]byte, 0, 256*len(evs)), evs)
+			ops = append(ops, store.Op{Bucket: store.Events, Key: store.EventKey(r.ID, evs[0].Seq), Value: v})
 		}
 		g.savedSeq = run.LastEventSeq
 		r.TrimEvents(g.savedSeq, eventsInMemory)
