@@ -3,7 +3,6 @@ package runstate
 import (
 	"iter"
 	"maps"
-	"math"
 	"slices"
 	"strconv"
 	"time"
@@ -184,7 +183,7 @@ func AppendEventsJSON(b []byte, events []Event) []byte {
 		b = appendOptionalInt(b, `,"input_tokens":`, e.InputTokens)
 		b = appendOptionalInt(b, `,"output_tokens":`, e.OutputTokens)
 		if e.CostUSD != 0 {
-			b = appendFloat(append(b, `,"cost_usd":`...), e.CostUSD)
+			b = jsonscan.AppendFloat(append(b, `,"cost_usd":`...), e.CostUSD)
 		}
 		b = appendOptionalInt(b, `,"status":`, int64(e.Status))
 		b = appendOptionalString(b, `,"tool":`, e.Tool)
@@ -199,22 +198,4 @@ func appendOptionalInt(b []byte, key string, v int64) []byte {
 		return b
 	}
 	return appendIntField(b, key, v)
-}
-
-// appendFloat writes f as encoding/json does: the shortest form, in
-// exponent notation below 1e-6 and from 1e21 on, with a one-digit
-// negative exponent not padded.
-func appendFloat(b []byte, f float64) []byte {
-	format := byte('f')
-	if abs := math.Abs(f); abs != 0 && (abs < 1e-6 || abs >= 1e21) {
-		format = 'e'
-	}
-	b = strconv.AppendFloat(b, f, format, -1, 64)
-	if format == 'e' {
-		if n := len(b); n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
-			b[n-2] = b[n-1]
-			b = b[:n-1]
-		}
-	}
-	return b
 }

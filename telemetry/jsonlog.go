@@ -187,28 +187,9 @@ func appendAttr(b []byte, a slog.Attr) (_ []byte, ok bool) {
 		if math.IsNaN(f) || math.IsInf(f, 0) {
 			return b, false
 		}
-		b = appendJSONFloat(b, f)
+		b = jsonscan.AppendFloat(b, f) // as encoding/json, which slog uses
 	default:
 		return b, false
 	}
 	return b, true
-}
-
-// appendJSONFloat writes f as encoding/json does (which slog uses):
-// decimal notation between 1e-6 and 1e21, exponent notation without a
-// leading zero in the exponent outside.
-func appendJSONFloat(b []byte, f float64) []byte {
-	format := byte('f')
-	if abs := math.Abs(f); abs != 0 && (abs < 1e-6 || abs >= 1e21) {
-		format = 'e'
-	}
-	b = strconv.AppendFloat(b, f, format, -1, 64)
-	if format == 'e' {
-		// e-09 → e-9
-		if n := len(b); n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
-			b[n-2] = b[n-1]
-			b = b[:n-1]
-		}
-	}
-	return b
 }

@@ -1,7 +1,9 @@
 package jsonscan
 
 import (
+	"math"
 	"slices"
+	"strconv"
 	"unicode/utf8"
 )
 
@@ -69,4 +71,24 @@ func decodeRune[T ~string | ~[]byte](s T) (rune, int) {
 		return utf8.DecodeRune(v)
 	}
 	return utf8.DecodeRuneInString(string(s))
+}
+
+// AppendFloat appends f as encoding/json writes it: the shortest form, in
+// decimal notation from 1e-6 to below 1e21, in exponent notation outside,
+// where a one-digit negative exponent is not padded (e-9, not e-09). NaN
+// and the infinities, which encoding/json refuses, are written as strconv
+// writes them.
+func AppendFloat(b []byte, f float64) []byte {
+	format := byte('f')
+	if abs := math.Abs(f); abs != 0 && (abs < 1e-6 || abs >= 1e21) {
+		format = 'e'
+	}
+	b = strconv.AppendFloat(b, f, format, -1, 64)
+	if format == 'e' {
+		if n := len(b); n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
+			b[n-2] = b[n-1]
+			b = b[:n-1]
+		}
+	}
+	return b
 }
