@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -50,25 +48,7 @@ func freePort(t *testing.T) string {
 type process struct {
 	cmd         *exec.Cmd
 	data, admin string
-	stderr      *lockedBuffer
-}
-
-// lockedBuffer is a process's stderr, read while it is written.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
+	stderr      *syncBuffer // read while the process writes it
 }
 
 func startBinary(t *testing.T, bin, upstream, dataDir string) *process {
@@ -83,7 +63,7 @@ func startBinary(t *testing.T, bin, upstream, dataDir string) *process {
 // it is ready.
 func launch(t *testing.T, bin string, env []string, args ...string) *process {
 	t.Helper()
-	p := &process{stderr: &lockedBuffer{}}
+	p := &process{stderr: &syncBuffer{}}
 	p.cmd = exec.Command(bin, append([]string{"serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"}, args...)...)
 	p.cmd.Env = append(os.Environ(), env...)
 	r, w, err := os.Pipe()
