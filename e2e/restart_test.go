@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -90,6 +91,7 @@ func launch(t *testing.T, bin string, env []string, args ...string) *process {
 			}
 		}
 		close(addrs)
+		_, _ = io.Copy(p.stderr, r) // past a line too long to scan: the process must never block on its stderr
 	}()
 	select {
 	case line, ok := <-addrs:
