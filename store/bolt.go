@@ -362,6 +362,10 @@ func (s *Bolt) checkpoint() error {
 	return nil
 }
 
+// Checkpoint moves the log into the bbolt file now, as the background
+// checkpoint does on its period (for benchmarks and tools).
+func (s *Bolt) Checkpoint() error { return s.checkpoint() }
+
 // yieldToCalls lets the calls run between a checkpoint's steps. Not
 // runtime.Gosched: a yielded goroutine waits in the global run queue, which
 // the scheduler serves before it polls the network, so a checkpoint that
