@@ -34,6 +34,10 @@ type governance struct {
 	// persist (lineage keys, reservations opened or closed).
 	savedSeq int64
 	pending  []store.Op
+	// recordSeq is the first event of the run's last event record (0: none
+	// written by this process), which the next persist extends while it is
+	// short (see eventsPerRecord).
+	recordSeq int64
 	// reportedSeq is the last event whose transition reached the observer.
 	reportedSeq int64
 	// version is the last persisted version of the run (runBlob.Version).

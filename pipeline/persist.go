@@ -131,6 +131,13 @@ func (p *Pipeline) storedEvents(id string) ([]runstate.Event, error) {
 // run's events were most of its memory (about 700 B each).
 const eventsInMemory = 16
 
+// eventsPerRecord is how many events a run's last event record may hold
+// and still be rewritten with the next persist's. A record of its own per
+// persist was a bbolt key of its own at every checkpoint (a third of the
+// checkpoint's cost); rewritten, the checkpoint takes each run's record
+// once, and a persist encodes at most this many events again.
+const eventsPerRecord = 8
+
 // persistWait bounds how long a call waits for its commit.
 const persistWait = 5 * time.Second
 
@@ -163,11 +170,18 @@ func (p *Pipeline) persist(r *runstate.Run) <-chan error {
 		g.version++
 		ops = append(ops, g.pending...)
 		g.pending = g.pending[:0]
-		// The events of one persist are one record, keyed by the first's
-		// sequence number: one write instead of one per transition.
+		// New events go into one record, keyed by its first event's
+		// sequence number: the run's last record, rewritten with them while
+		// it stays short, or a new one.
 		if evs := r.EventsSince(g.savedSeq); len(evs) > 0 {
+			if g.recordSeq > 0 {
+				if last := r.EventsSince(g.recordSeq - 1); len(last) > 0 && len(last) <= eventsPerRecord && last[0].Seq == g.recordSeq {
+					evs = last
+				}
+			}
 			v := runstate.AppendEventsJSON(make([]byte, 0, 256*len(evs)), evs)
-			ops = append(ops, store.Op{Bucket: store.Events, Key: store.EventKey(r.ID, evs[0].Seq), Value: v})
+			g.recordSeq = evs[0].Seq
+			ops = append(ops, store.Op{Bucket: store.Events, Key: store.EventKey(r.ID, g.recordSeq), Value: v})
 		}
 		g.savedSeq = run.LastEventSeq
 		r.TrimEvents(g.savedSeq, eventsInMemory)

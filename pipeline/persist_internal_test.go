@@ -185,3 +185,48 @@ func BenchmarkEncodeRun(b *testing.B) {
 		}
 	}
 }
+
+// A run's events go into its last record while it is short: a run of ten
+// steps writes a handful of records, none longer than eventsPerRecord,
+// whose concatenation is its whole timeline, in order.
+func TestEventRecordsAreExtended(t *testing.T) {
+	p := storedPipeline(t)
+	ctx := context.Background()
+	const id, steps = "r-records", 10
+	for k := range steps {
+		body := fmt.Appendf(nil, `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"step %d"}],"tools":[{"type":"function","function":{"name":"search","parameters":{"type":"object"}}}]}`, k)
+		resp := fmt.Appendf(nil, `{"id":"chatcmpl-%d","object":"chat.completion","created":1,"model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"call_%d","type":"function","function":{"name":"search","arguments":"{\"q\":%d}"}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":900,"completion_tokens":18,"total_tokens":918}}`, k, k, k)
+		tr := p.Begin(ctx, &Call{Body: body, RunID: id}, openai.Chat{})
+		if tr.Answer != nil {
+			t.Fatalf("step %d refused: %s", k, tr.Answer.Body)
+		}
+		p.Finish(ctx, tr, Outcome{Status: 200, Body: resp})
+	}
+	var seqs []int64
+	records := 0
+	err := p.opts.Store.ScanPrefix(store.Events, append([]byte(id), 0), func(k, v []byte) error {
+		var evs []runstate.Event
+		if err := json.Unmarshal(v, &evs); err != nil {
+			return err
+		}
+		if len(evs) == 0 || len(evs) > eventsPerRecord || !bytes.Equal(k, store.EventKey(id, evs[0].Seq)) {
+			t.Errorf("record %q holds %d events", k, len(evs))
+		}
+		records++
+		for _, e := range evs {
+			seqs = append(seqs, e.Seq)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range seqs {
+		if s != int64(i+1) {
+			t.Fatalf("stored timeline %v", seqs)
+		}
+	}
+	if len(seqs) < 3*steps || records > steps*2/3 {
+		t.Fatalf("%d events in %d records for %d steps", len(seqs), records, steps)
+	}
+}
