@@ -37,9 +37,11 @@ type runBlob struct {
 	Context *contextmgr.State `json:"context,omitempty"`
 }
 
-// encode is the JSON encoder of everything persisted on the call path: a
-// run's snapshot is written at every call, and goccy/go-json encodes it in
-// a third of encoding/json's time with one allocation.
+// encode is the JSON encoder of what a persist writes besides the parts
+// appended by hand (the run's state, its ledgers, its events: see
+// runstate.Persisted.AppendJSON): a run's fixed policy answers, once, and
+// its tool and context state when it has any. goccy/go-json encodes in a
+// third of encoding/json's time with one allocation.
 func encode(v any) ([]byte, error) { return gojson.Marshal(v) }
 
 // decode reads what encode wrote where reading is on a path someone waits

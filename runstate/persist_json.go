@@ -162,8 +162,9 @@ func appendTimeField(b []byte, key string, t time.Time) []byte {
 }
 
 // AppendEventsJSON appends events as json.Marshal encodes the slice, byte
-// for byte (TestEventsAppendJSONIsMarshal): the events of a persist are one
-// record. A field added to Event must be added here.
+// for byte (TestEventsAppendJSONIsMarshal): a stored event record, which
+// the pipeline rewrites with each persist's events while it is short. A
+// field added to Event must be added here.
 func AppendEventsJSON(b []byte, events []Event) []byte {
 	b = append(b, '[')
 	for i := range events {
