@@ -107,7 +107,7 @@ type runStatic struct {
 }
 
 // storedEvents reads a run's timeline from the store, in order. A record
-// holds the events of one persist (a JSON array), or one event as written
+// holds consecutive events (a JSON array: one or more persists'), or one event as written
 // by earlier versions.
 func (p *Pipeline) storedEvents(id string) ([]runstate.Event, error) {
 	var events []runstate.Event
