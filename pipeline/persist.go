@@ -107,8 +107,8 @@ type runStatic struct {
 }
 
 // storedEvents reads a run's timeline from the store, in order. A record
-// holds consecutive events (a JSON array: one or more persists'), or one event as written
-// by earlier versions.
+// holds consecutive events (a JSON array: one or more persists'), or one
+// event as written by earlier versions.
 func (p *Pipeline) storedEvents(id string) ([]runstate.Event, error) {
 	var events []runstate.Event
 	err := p.opts.Store.ScanPrefix(store.Events, append([]byte(id), 0), func(_, v []byte) error {
