@@ -316,68 +316,63 @@ func missingResults(req *wire.Request) []string {
 	return out
 }
 
-// The members ParseResponse reads, each object in one walk (fields).
+// The members ParseResponse reads of a tool call, each object in one walk
+// (fields).
 var (
-	choiceKeys   = [2]string{"message", "finish_reason"}
-	messageKeys  = [3]string{"content", "tool_calls", "function_call"}
 	callKeys     = [2]string{"id", "function"}
 	functionKeys = [2]string{"name", "arguments"}
 )
 
-// ParseResponse reads a non-streamed chat completion.
+// ParseResponse reads a non-streamed chat completion in the pass that
+// validates it: the walk goes down into the first choice, its message and
+// its tool calls where it finds them. (Reading each level's member again
+// from its parent's raw value, as before, read a tool call's bytes seven
+// times: 4.7 µs for a 500-byte answer.) As encoding/json would, the last
+// "choices" member counts; inside it, the first of each key.
 func (Chat) ParseResponse(body []byte) (wire.Response, error) {
 	var r wire.Response
-	var choices string
-	ok := eachValidMember(body, func(key, v string) {
-		switch key {
+	var c firstChoice
+	s := view(body)
+	end := jsonscan.Object(s, skipWS(s, 0), true, func(key string, _, v int) int {
+		if key == "choices" {
+			c = firstChoice{}
+			if s[v] == '[' {
+				return c.readChoices(s, v)
+			}
+		}
+		end := jsonscan.ValidValue(s, v)
+		if end < 0 {
+			return -1
+		}
+		switch val := s[v:end]; key {
 		case "id":
-			r.ID = clone(str(v))
+			r.ID = clone(str(val))
 		case "model":
-			r.Model = clone(str(v))
+			r.Model = clone(str(val))
 		case "usage":
-			r.Usage, r.HasUsage = usageFrom(v)
-		case "choices":
-			choices = v
+			r.Usage, r.HasUsage = usageFrom(val)
 		case "error":
-			if isObject(v) {
-				r.ErrorMessage = clone(str(field(v, "message")))
+			if isObject(val) {
+				r.ErrorMessage = clone(str(field(val, "message")))
 				r.FinishReason = "error"
 			}
 		}
+		return end
 	})
-	if !ok {
+	if end < 0 || skipWS(s, end) != len(s) {
 		return wire.Response{}, errNotObject
 	}
-	var first string
-	eachElement(choices, func(c string) bool {
-		first = c
-		return false
-	})
-	if first == "" {
+	if !c.found {
 		return r, nil
 	}
-	var choice [2]string // message, finish_reason
-	fields(first, choiceKeys[:], choice[:])
-	if fr := chatFinish(choice[1]); fr != "" {
+	if fr := chatFinish(c.finish); fr != "" {
 		r.FinishReason = fr
 	}
-	var msg [3]string // content, tool_calls, function_call
-	fields(choice[0], messageKeys[:], msg[:])
-	text, _ := appendParts(nil, msg[0], "text", "output_text")
+	text, _ := appendParts(nil, c.content, "text", "output_text")
 	r.TextHash = wire.TextHash(view(text))
 	r.Text = head(text)
-	eachElement(msg[1], func(tc string) bool {
-		var call, fn [2]string // id, function; name, arguments
-		fields(tc, callKeys[:], call[:])
-		fields(call[1], functionKeys[:], fn[:])
-		r.ToolCalls = append(r.ToolCalls, wire.ToolCall{
-			ID:        clone(str(call[0])),
-			Name:      clone(str(fn[0])),
-			Arguments: appendUnescaped(nil, fn[1]),
-		})
-		return true
-	})
-	if fc := msg[2]; isObject(fc) { // legacy, no id
+	r.ToolCalls = c.calls
+	if fc := c.functionCall; isObject(fc) { // legacy, no id
 		var fn [2]string
 		fields(fc, functionKeys[:], fn[:])
 		r.ToolCalls = append(r.ToolCalls, wire.ToolCall{
@@ -386,4 +381,85 @@ func (Chat) ParseResponse(body []byte) (wire.Response, error) {
 		})
 	}
 	return r, nil
+}
+
+// firstChoice is what ParseResponse reads of a completion's first choice:
+// raw values (a present value is never empty), and its tool calls.
+type firstChoice struct {
+	found                         bool // the choices array has an element
+	messageSeen, callsSeen        bool // the first "message", "tool_calls" was read
+	finish, content, functionCall string
+	calls                         []wire.ToolCall
+}
+
+// readChoices validates the choices array at s[i], reading its first
+// element, and returns the index past it, or -1.
+func (c *firstChoice) readChoices(s string, i int) int {
+	return jsonscan.Array(s, i, func(e int) int {
+		if c.found || s[e] != '{' {
+			c.found = true
+			return jsonscan.ValidValue(s, e)
+		}
+		c.found = true
+		return jsonscan.Object(s, e, true, func(key string, _, v int) int {
+			if key == "message" && !c.messageSeen {
+				c.messageSeen = true
+				if s[v] == '{' {
+					return c.readMessage(s, v)
+				}
+			}
+			end := jsonscan.ValidValue(s, v)
+			if key == "finish_reason" && c.finish == "" && end >= 0 {
+				c.finish = s[v:end]
+			}
+			return end
+		})
+	})
+}
+
+// readMessage validates the message object at s[i], reading its content,
+// tool calls and legacy function call.
+func (c *firstChoice) readMessage(s string, i int) int {
+	return jsonscan.Object(s, i, true, func(key string, _, v int) int {
+		if key == "tool_calls" && !c.callsSeen {
+			c.callsSeen = true
+			if s[v] == '[' {
+				return jsonscan.Array(s, v, func(e int) int {
+					end := jsonscan.ValidValue(s, e)
+					if end >= 0 {
+						c.calls = append(c.calls, toolCallFrom(s[e:end]))
+					}
+					return end
+				})
+			}
+		}
+		end := jsonscan.ValidValue(s, v)
+		if end < 0 {
+			return -1
+		}
+		switch key {
+		case "content":
+			if c.content == "" {
+				c.content = s[v:end]
+			}
+		case "function_call":
+			if c.functionCall == "" {
+				c.functionCall = s[v:end]
+			}
+		}
+		return end
+	})
+}
+
+// toolCallFrom reads one element of a message's tool_calls (an element
+// that is not an object gives an empty call, which the run still counts).
+func toolCallFrom(tc string) wire.ToolCall {
+	var call, fn [2]string // id, function; name, arguments
+	fields(tc, callKeys[:], call[:])
+	fields(call[1], functionKeys[:], fn[:])
+	return wire.ToolCall{
+		ID:        clone(str(call[0])),
+		Name:      clone(str(fn[0])),
+		Arguments: appendUnescaped(nil, fn[1]),
+	}
 }

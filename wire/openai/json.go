@@ -87,22 +87,6 @@ func readTop(body []byte, s string, req *wire.Request, historyKey string, histor
 	return nil
 }
 
-// eachValidMember walks body, which must be exactly one JSON object, in the
-// pass that validates it: fn gets each member's raw key and value. It
-// reports false for a body that is not one valid object (fn may have seen
-// members of it by then).
-func eachValidMember(body []byte, fn func(key, val string)) bool {
-	s := view(body)
-	end := jsonscan.Object(s, skipWS(s, 0), true, func(key string, _, v int) int {
-		end := jsonscan.ValidValue(s, v)
-		if end >= 0 {
-			fn(key, s[v:end])
-		}
-		return end
-	})
-	return end >= 0 && skipWS(s, end) == len(s)
-}
-
 // walkObject walks the object starting at s[i], calling fn for each member
 // (offsets relative to s), and returns the index past the object: one pass
 // both reads the members and finds the end. It returns -1 when the object is
