@@ -110,3 +110,22 @@ func BenchmarkTapFeedToolArgs(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkParseResponse is the settlement's read of a Messages answer: a
+// tool use (the common answer of an agent step) and a final text answer.
+func BenchmarkParseResponse(b *testing.B) {
+	for _, bc := range []struct{ name, body string }{
+		{"tool-use", `{"id":"msg_01","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[{"type":"text","text":"Looking up the orders."},{"type":"tool_use","id":"toolu_01","name":"search_orders","input":{"page":3}}],"stop_reason":"tool_use","stop_sequence":null,"usage":{"input_tokens":900,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":18,"service_tier":"standard"}}`},
+		{"text", `{"id":"msg_02","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[{"type":"text","text":"The three open orders of customer 4711 are A-1001, A-1002 and A-1007; all shipped."}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":1000,"output_tokens":20}}`},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			body := []byte(bc.body)
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := (Messages{}).ParseResponse(body); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
