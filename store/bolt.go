@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -100,7 +101,8 @@ type Bolt struct {
 	sealed []*segment // the segments of frozen
 
 	// ckMu serialises checkpoints (the background's, Close's, tests').
-	ckMu sync.Mutex
+	ckMu   sync.Mutex
+	ckKeys []string // a checkpoint's keys of one bucket, sorted; under ckMu
 
 	nudge   chan struct{}
 	stop    chan struct{}
@@ -393,6 +395,7 @@ func (s *Bolt) commitOverlays(frozen []*overlay) error {
 		if tx != nil {
 			tx.Rollback() // a no-op once committed
 		}
+		clear(s.ckKeys) // the frozen overlays' keys are not kept past them
 	}()
 	n := 0
 	for _, o := range frozen {
@@ -402,7 +405,20 @@ func (s *Bolt) commitOverlays(frozen []*overlay) error {
 			if bk == nil {
 				return fmt.Errorf("store: no bucket %q", b)
 			}
-			for k, v := range m {
+			// In key order: consecutive puts land on the leaf bbolt has
+			// just read, and each transaction of CheckpointTxOps keys
+			// covers one key range (fewer branch pages to rewrite), where
+			// a map's random order walked the tree afresh for every key.
+			// BenchmarkCheckpointPerCall, alternated 4 times: 26–34 ->
+			// 24–30 µs a call every 2,000 calls, 21–28 -> 13–17 every 8,000.
+			keys := s.ckKeys[:0]
+			for k := range m {
+				keys = append(keys, k)
+			}
+			slices.Sort(keys)
+			s.ckKeys = keys
+			for _, k := range keys {
+				v := m[k]
 				if n++; n%s.opts.CheckpointTxOps == 0 {
 					if err := tx.Commit(); err != nil {
 						return err
