@@ -176,18 +176,25 @@ func replayLog(db *bolt.DB, dir string) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
+	var keys []string
 	for _, seq := range seqs {
 		// A segment holds one checkpoint period of writes: read whole.
 		data, err := os.ReadFile(segmentPath(dir, seq))
 		if err != nil {
 			return 0, err
 		}
-		err = db.Update(func(tx *bolt.Tx) error {
-			_, err := readRecords(data, func(payload []byte) error {
-				return decodeOps(payload, func(op Op) error { return applyOp(tx, op) })
+		// Each key's last write, then into bbolt in key order as a
+		// checkpoint does: a segment rewrites a run's keys at every call.
+		o := newOverlay()
+		_, err = readRecords(data, func(payload []byte) error {
+			return decodeOps(payload, func(op Op) error {
+				o.put(op)
+				return nil
 			})
-			return err
 		})
+		if err == nil {
+			err = putOverlays(db, []*overlay{o}, 0, &keys, nil)
+		}
 		if err != nil {
 			return 0, fmt.Errorf("segment %d: %w", seq, err)
 		}
@@ -209,17 +216,6 @@ func replayLog(db *bolt.DB, dir string) (uint64, error) {
 		return 1, nil
 	}
 	return seqs[len(seqs)-1] + 1, nil
-}
-
-func applyOp(tx *bolt.Tx, op Op) error {
-	b := tx.Bucket([]byte(op.Bucket))
-	if b == nil {
-		return fmt.Errorf("store: no bucket %q", op.Bucket)
-	}
-	if op.Value == nil {
-		return b.Delete(op.Key)
-	}
-	return b.Put(op.Key, op.Value)
 }
 
 // commit is the group committer's write: one log record for every batch
@@ -387,7 +383,14 @@ func yieldToCalls() { time.Sleep(time.Microsecond) }
 // leaves it to be replayed over the partial state, which ends in the same
 // one (each key's last write wins, as in one transaction).
 func (s *Bolt) commitOverlays(frozen []*overlay) error {
-	tx, err := s.db.Begin(true)
+	return putOverlays(s.db, frozen, s.opts.CheckpointTxOps, &s.ckKeys, yieldToCalls)
+}
+
+// putOverlays writes the overlays into db, oldest first, in transactions of
+// at most txOps keys (0: one transaction), calling yield between some.
+// keys is a buffer it may reuse.
+func putOverlays(db *bolt.DB, frozen []*overlay, txOps int, keys *[]string, yield func()) error {
+	tx, err := db.Begin(true)
 	if err != nil {
 		return err
 	}
@@ -395,7 +398,7 @@ func (s *Bolt) commitOverlays(frozen []*overlay) error {
 		if tx != nil {
 			tx.Rollback() // a no-op once committed
 		}
-		clear(s.ckKeys) // the frozen overlays' keys are not kept past them
+		clear(*keys) // the frozen overlays' keys are not kept past them
 	}()
 	n := 0
 	for _, o := range frozen {
@@ -411,25 +414,29 @@ func (s *Bolt) commitOverlays(frozen []*overlay) error {
 			// a map's random order walked the tree afresh for every key.
 			// BenchmarkCheckpointPerCall, alternated 4 times: 26–34 ->
 			// 24–30 µs a call every 2,000 calls, 21–28 -> 13–17 every 8,000.
-			keys := s.ckKeys[:0]
+			sorted := (*keys)[:0]
 			for k := range m {
-				keys = append(keys, k)
+				sorted = append(sorted, k)
 			}
-			slices.Sort(keys)
-			s.ckKeys = keys
-			for _, k := range keys {
+			slices.Sort(sorted)
+			*keys = sorted
+			for _, k := range sorted {
 				v := m[k]
-				if n++; n%s.opts.CheckpointTxOps == 0 {
+				n++
+				switch {
+				case txOps > 0 && n%txOps == 0:
 					if err := tx.Commit(); err != nil {
 						return err
 					}
-					yieldToCalls()
-					if tx, err = s.db.Begin(true); err != nil {
+					if yield != nil {
+						yield()
+					}
+					if tx, err = db.Begin(true); err != nil {
 						return err
 					}
 					bk = tx.Bucket(name)
-				} else if n%64 == 0 {
-					yieldToCalls()
+				case yield != nil && n%64 == 0:
+					yield()
 				}
 				// bbolt keeps the key until the transaction commits; the
 				// frozen overlay holds the string until then and nothing

@@ -30,18 +30,23 @@ func (o *overlay) next() *overlay {
 func (o *overlay) apply(batches [][]Op) {
 	for _, ops := range batches {
 		for _, op := range ops {
-			m := o.buckets[op.Bucket]
-			if m == nil {
-				m = map[string][]byte{}
-				o.buckets[op.Bucket] = m
-			}
-			// The key's bytes are the caller's, handed over with the op
-			// (Store.Apply): kept as they are, not copied.
-			n := len(m)
-			m[unsafe.String(unsafe.SliceData(op.Key), len(op.Key))] = op.Value
-			o.ops += len(m) - n // a new key, not a rewrite
+			o.put(op)
 		}
 	}
+}
+
+// put records one write; a later one of the same key replaces it.
+func (o *overlay) put(op Op) {
+	m := o.buckets[op.Bucket]
+	if m == nil {
+		m = map[string][]byte{}
+		o.buckets[op.Bucket] = m
+	}
+	// The key's bytes are the caller's, handed over with the op
+	// (Store.Apply): kept as they are, not copied.
+	n := len(m)
+	m[unsafe.String(unsafe.SliceData(op.Key), len(op.Key))] = op.Value
+	o.ops += len(m) - n // a new key, not a rewrite
 }
 
 // get reports the overlay's value of key: found is false when the overlay
