@@ -1,6 +1,7 @@
 package app
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -82,7 +83,15 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 	if err != nil {
 		return fmt.Errorf("configuration:\n%w", err)
 	}
-	log := newLogger(cfg.Log, stderr)
+	// The log is written off the call path, by the LogWriter's goroutine;
+	// closed last, after the drain, so that the shutdown's lines are out.
+	lw := telemetry.NewLogWriter(stderr, 4<<20, func(n int64) []byte {
+		var b bytes.Buffer
+		newLogger(cfg.Log, &b).Warn("log lines dropped: the log's destination did not keep up", "count", n)
+		return b.Bytes()
+	})
+	defer lw.Close()
+	log := newLogger(cfg.Log, lw)
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	tuneGC(ctx, getenv)

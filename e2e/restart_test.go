@@ -64,6 +64,14 @@ func startBinary(t *testing.T, bin, upstream, dataDir string) *process {
 // it is ready.
 func launch(t *testing.T, bin string, env []string, args ...string) *process {
 	t.Helper()
+	return launchWith(t, bin, env, false, args...)
+}
+
+// launchWith is launch; with holdStderr, nothing reads the process's
+// stderr after its start line (until the test ends), as a log collector
+// that has stopped.
+func launchWith(t *testing.T, bin string, env []string, holdStderr bool, args ...string) *process {
+	t.Helper()
 	p := &process{stderr: &syncBuffer{}}
 	p.cmd = exec.Command(bin, append([]string{"serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"}, args...)...)
 	p.cmd.Env = append(os.Environ(), env...)
@@ -76,7 +84,8 @@ func launch(t *testing.T, bin string, env []string, args ...string) *process {
 		t.Fatal(err)
 	}
 	w.Close()
-	t.Cleanup(func() { _ = p.cmd.Process.Kill(); _ = p.cmd.Wait() })
+	held := make(chan struct{})
+	t.Cleanup(func() { close(held); _ = p.cmd.Process.Kill(); _ = p.cmd.Wait() })
 	type started struct{ Msg, Listen, Admin string }
 	addrs := make(chan started, 1)
 	go func() {
@@ -88,6 +97,9 @@ func launch(t *testing.T, bin string, env []string, args ...string) *process {
 			var line started
 			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "gateway started" {
 				addrs <- line
+				if holdStderr {
+					<-held
+				}
 			}
 		}
 		close(addrs)
@@ -185,5 +197,30 @@ func TestRestartKeepsRuns(t *testing.T) {
 	getJSON(t, "http://"+p3.admin+"/api/v1/runs/"+id7, &rec)
 	if id7 == runID || rec.SessionID != "s-"+runID || m.count() != calls+1 {
 		t.Fatalf("new task after the restart: run %s (was %s), session %q, upstream calls %d → %d", id7, runID, rec.SessionID, calls, m.count())
+	}
+}
+
+// A log collector that stops reading must not stop the gateway: its stderr
+// is a pipe nobody reads after the start line (64 KB of pipe buffer, about
+// 150 call lines), and 600 calls still get their answers. Written in each
+// call's goroutine, a line blocked that call, and every later one behind
+// the log's lock.
+func TestCallsGoOnWhenTheLogIsNotRead(t *testing.T) {
+	t.Parallel()
+	bin := buildGateway(t)
+	up := newUpstream(t, (&toolLoop{finalAfter: 0, in: 30, out: 5}).serve)
+	p := launchWith(t, bin, []string{"OPENAI_API_KEY=", "ANTHROPIC_API_KEY=", "OPENAI_BASE_URL=", "ANTHROPIC_BASE_URL="}, true,
+		"--openai-base-url", up.URL, "--anthropic-base-url", up.URL)
+	client := openai.NewClient(option.WithBaseURL("http://"+p.data+"/v1"), option.WithAPIKey("sk-x"), option.WithMaxRetries(0))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for i := range 600 {
+		_, err := client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
+			Model:    "gpt-4o-mini",
+			Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(fmt.Sprintf("Question %d.", i))},
+		}, option.WithHeader("X-Run-Id", fmt.Sprintf("r-log-%d", i)))
+		if err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
 	}
 }

@@ -1,0 +1,147 @@
+package telemetry
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// syncBuffer is a bytes.Buffer safe for the writer goroutine and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func droppedNotice(n int64) []byte { return []byte("dropped " + strconv.FormatInt(n, 10) + "\n") }
+
+// Lines written from many goroutines come out whole, each goroutine's in
+// its order, all of them by the time Close returns; a line written after
+// Close goes straight through.
+func TestLogWriterKeepsEveryLineInOrder(t *testing.T) {
+	var out syncBuffer
+	w := NewLogWriter(&out, 1<<20, droppedNotice)
+	const writers, lines = 8, 500
+	var wg sync.WaitGroup
+	for g := range writers {
+		wg.Go(func() {
+			for i := range lines {
+				fmt.Fprintf(w, "g%d line %d\n", g, i)
+			}
+		})
+	}
+	wg.Wait()
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(w, "after close\n")
+	got := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	if len(got) != writers*lines+1 || got[len(got)-1] != "after close" {
+		t.Fatalf("%d lines, last %q; want %d and the line written after Close", len(got), got[len(got)-1], writers*lines+1)
+	}
+	next := make([]int, writers)
+	for _, l := range got[:len(got)-1] {
+		var g, i int
+		if _, err := fmt.Sscanf(l, "g%d line %d", &g, &i); err != nil {
+			t.Fatalf("line %q: %v", l, err)
+		}
+		if i != next[g] {
+			t.Fatalf("goroutine %d: line %d where %d was next", g, i, next[g])
+		}
+		next[g]++
+	}
+}
+
+// gatedWriter blocks every write until open is closed, as a log pipe whose
+// reader has stopped does.
+type gatedWriter struct {
+	open, entered chan struct{}
+	once          sync.Once
+	syncBuffer
+}
+
+func (g *gatedWriter) Write(p []byte) (int, error) {
+	g.once.Do(func() { close(g.entered) })
+	<-g.open
+	return g.syncBuffer.Write(p)
+}
+
+// A destination that stops taking writes does not stop the writers: past
+// the bound, lines are dropped at once and counted, and the count is
+// reported once the destination takes writes again.
+func TestLogWriterDropsInsteadOfWaiting(t *testing.T) {
+	out := &gatedWriter{open: make(chan struct{}), entered: make(chan struct{})}
+	w := NewLogWriter(out, 100, droppedNotice)
+	line := []byte("0123456789\n") // 11 bytes
+	w.Write(line)
+	<-out.entered // the writer goroutine took it and waits at the gate
+	finished := make(chan struct{})
+	go func() {
+		for range 50 { // 9 fit in the buffer, 41 do not
+			w.Write(line)
+		}
+		close(finished)
+	}()
+	select {
+	case <-finished:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a write waited for the stalled destination")
+	}
+	close(out.open)
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	want := strings.Repeat(string(line), 10) + "dropped 41\n"
+	if got := out.String(); got != want {
+		t.Fatalf("got %q\nwant %q", got, want)
+	}
+}
+
+// BenchmarkLogLineToFile is one call's log line handed to a file on disk:
+// written in the caller's goroutine under the log's lock, as before, and
+// queued for the LogWriter's goroutine, which writes what gathered.
+func BenchmarkLogLineToFile(b *testing.B) {
+	line := []byte(`{"time":"2026-12-01T05:27:36.346159973Z","level":"INFO","msg":"model call","run_id":"r0haltline-warm-0-0","session_id":"s-r0haltline-warm-0-0","tenant":"key-964111b82a66","team":"","api":"openai.chat","model":"gpt-4o-mini","status":200,"step":1,"input_tokens":512,"output_tokens":24,"cost_usd":0.000072,"duration_ms":2.581,"overhead_ms":2.105,"upstream_ms":0.475}` + "\n")
+	for _, bc := range []struct {
+		name string
+		wrap func(io.Writer) (io.Writer, func())
+	}{
+		{"direct", func(f io.Writer) (io.Writer, func()) { return &lockedWriter{w: f}, func() {} }},
+		{"queued", func(f io.Writer) (io.Writer, func()) {
+			w := NewLogWriter(f, 4<<20, droppedNotice)
+			return w, func() { w.Close() }
+		}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			f, err := os.Create(filepath.Join(b.TempDir(), "log"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer f.Close()
+			w, done := bc.wrap(f)
+			b.ReportAllocs()
+			for b.Loop() {
+				_, _ = w.Write(line)
+			}
+			done()
+		})
+	}
+}
