@@ -2,8 +2,9 @@
 // the gateway's metrics (built on an injected Registerer, never the global
 // registry), its traces (one per run, a span per state, a child span per
 // upstream call with the GenAI semantic conventions), the names of log
-// keys and the JSON log handler (slog's format, faster for the flat line
-// of every call). Observer implements pipeline.Observer on top of them.
+// keys, the JSON log handler (slog's format, faster for the flat line of
+// every call) and the LogWriter that writes the lines off the call path.
+// Observer implements pipeline.Observer on top of them.
 //
 // Run, session and agent ids are never metric labels: their number is
 // unbounded. They are span attributes and log fields instead. Secrets,
