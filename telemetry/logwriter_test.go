@@ -13,31 +13,13 @@ import (
 	"time"
 )
 
-// syncBuffer is a bytes.Buffer safe for the writer goroutine and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func droppedNotice(n int64) []byte { return []byte("dropped " + strconv.FormatInt(n, 10) + "\n") }
 
 // Lines written from many goroutines come out whole, each goroutine's in
 // its order, all of them by the time Close returns; a line written after
 // Close goes straight through.
 func TestLogWriterKeepsEveryLineInOrder(t *testing.T) {
-	var out syncBuffer
+	var out bytes.Buffer // read once Close has returned: the writer goroutine is done
 	w := NewLogWriter(&out, 1<<20, droppedNotice)
 	const writers, lines = 8, 500
 	var wg sync.WaitGroup
@@ -75,13 +57,13 @@ func TestLogWriterKeepsEveryLineInOrder(t *testing.T) {
 type gatedWriter struct {
 	open, entered chan struct{}
 	once          sync.Once
-	syncBuffer
+	bytes.Buffer
 }
 
 func (g *gatedWriter) Write(p []byte) (int, error) {
 	g.once.Do(func() { close(g.entered) })
 	<-g.open
-	return g.syncBuffer.Write(p)
+	return g.Buffer.Write(p)
 }
 
 // A destination that stops taking writes does not stop the writers: past

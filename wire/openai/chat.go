@@ -373,12 +373,7 @@ func (Chat) ParseResponse(body []byte) (wire.Response, error) {
 	r.Text = head(text)
 	r.ToolCalls = c.calls
 	if fc := c.functionCall; isObject(fc) { // legacy, no id
-		var fn [2]string
-		fields(fc, functionKeys[:], fn[:])
-		r.ToolCalls = append(r.ToolCalls, wire.ToolCall{
-			Name:      clone(str(fn[0])),
-			Arguments: appendUnescaped(nil, fn[1]),
-		})
+		r.ToolCalls = append(r.ToolCalls, callOf("", fc))
 	}
 	return r, nil
 }
@@ -454,11 +449,17 @@ func (c *firstChoice) readMessage(s string, i int) int {
 // toolCallFrom reads one element of a message's tool_calls (an element
 // that is not an object gives an empty call, which the run still counts).
 func toolCallFrom(tc string) wire.ToolCall {
-	var call, fn [2]string // id, function; name, arguments
+	var call [2]string // id, function
 	fields(tc, callKeys[:], call[:])
-	fields(call[1], functionKeys[:], fn[:])
+	return callOf(call[0], call[1])
+}
+
+// callOf is the call of raw id (may be empty) and raw function object.
+func callOf(id, function string) wire.ToolCall {
+	var fn [2]string // name, arguments
+	fields(function, functionKeys[:], fn[:])
 	return wire.ToolCall{
-		ID:        clone(str(call[0])),
+		ID:        clone(str(id)),
 		Name:      clone(str(fn[0])),
 		Arguments: appendUnescaped(nil, fn[1]),
 	}

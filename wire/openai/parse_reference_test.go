@@ -56,23 +56,11 @@ func parseResponseByLevels(body []byte) (wire.Response, error) {
 	r.TextHash = wire.TextHash(view(text))
 	r.Text = head(text)
 	eachElement(msg[1], func(tc string) bool {
-		var call, fn [2]string // id, function; name, arguments
-		fields(tc, callKeys[:], call[:])
-		fields(call[1], functionKeys[:], fn[:])
-		r.ToolCalls = append(r.ToolCalls, wire.ToolCall{
-			ID:        clone(str(call[0])),
-			Name:      clone(str(fn[0])),
-			Arguments: appendUnescaped(nil, fn[1]),
-		})
+		r.ToolCalls = append(r.ToolCalls, toolCallFrom(tc))
 		return true
 	})
 	if fc := msg[2]; isObject(fc) { // legacy, no id
-		var fn [2]string
-		fields(fc, functionKeys[:], fn[:])
-		r.ToolCalls = append(r.ToolCalls, wire.ToolCall{
-			Name:      clone(str(fn[0])),
-			Arguments: appendUnescaped(nil, fn[1]),
-		})
+		r.ToolCalls = append(r.ToolCalls, callOf("", fc))
 	}
 	return r, nil
 }
