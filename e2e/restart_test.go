@@ -54,9 +54,11 @@ type process struct {
 
 func startBinary(t *testing.T, bin, upstream, dataDir string) *process {
 	t.Helper()
-	return launch(t, bin, []string{"OPENAI_API_KEY=", "ANTHROPIC_API_KEY=", "OPENAI_BASE_URL=", "ANTHROPIC_BASE_URL="},
-		"--openai-base-url", upstream, "--anthropic-base-url", upstream, "--data-dir", dataDir)
+	return launch(t, bin, noProviderEnv, "--openai-base-url", upstream, "--anthropic-base-url", upstream, "--data-dir", dataDir)
 }
+
+// noProviderEnv keeps the test machine's provider settings from the binary.
+var noProviderEnv = []string{"OPENAI_API_KEY=", "ANTHROPIC_API_KEY=", "OPENAI_BASE_URL=", "ANTHROPIC_BASE_URL="}
 
 // launch runs gateway serve with args, its listeners on ports the kernel
 // picks (read back from its start line: a port picked free and bound later
@@ -209,8 +211,7 @@ func TestCallsGoOnWhenTheLogIsNotRead(t *testing.T) {
 	t.Parallel()
 	bin := buildGateway(t)
 	up := newUpstream(t, (&toolLoop{finalAfter: 0, in: 30, out: 5}).serve)
-	p := launchWith(t, bin, []string{"OPENAI_API_KEY=", "ANTHROPIC_API_KEY=", "OPENAI_BASE_URL=", "ANTHROPIC_BASE_URL="}, true,
-		"--openai-base-url", up.URL, "--anthropic-base-url", up.URL)
+	p := launchWith(t, bin, noProviderEnv, true, "--openai-base-url", up.URL, "--anthropic-base-url", up.URL, "--data-dir", t.TempDir())
 	client := openai.NewClient(option.WithBaseURL("http://"+p.data+"/v1"), option.WithAPIKey("sk-x"), option.WithMaxRetries(0))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
