@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -58,6 +59,12 @@ func TestShort(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("report lacks %q\n%s", want, out.String())
 		}
+	}
+	// The gateway's own overhead, read from its answers, beside the
+	// black-box figures: numbers for the gateway, none for the others.
+	own := regexp.MustCompile(`\| gateway's own overhead p50 / p99 \(its overhead header\), 1,000 req/s, 2 KB \|( — \|)+ [1-9][\d,.]* / [1-9][\d,.]* \|`)
+	if !own.MatchString(out.String()) {
+		t.Errorf("report lacks the gateway's own overhead\n%s", out.String())
 	}
 }
 

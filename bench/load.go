@@ -38,7 +38,17 @@ type phaseResult struct {
 	ProxyCPUus  float64        `json:"proxy_cpu_us_per_req,omitempty"`
 	MockCPUus   float64        `json:"mock_cpu_us_per_req"`
 	RunStates   map[string]int `json:"run_states,omitempty"` // X-Run-State of the answers
+	// The gateway's own time per call as it reports it (its overhead
+	// header: the call's time inside the gateway less the upstream wait),
+	// beside the black-box latency; gateways only.
+	OwnP50us float64 `json:"own_overhead_p50_us,omitempty"`
+	OwnP99us float64 `json:"own_overhead_p99_us,omitempty"`
 }
+
+// overheadHeader is the gateway's overhead header (proxy.HeaderOverhead,
+// in milliseconds): named here, not imported, so that the harness stays
+// black-box.
+const overheadHeader = "X-Haltline-Overhead-Ms"
 
 // loadClient is the load generator's HTTP client: keep-alive, a pool large
 // enough that no request waits for a connection, no compression.
@@ -97,6 +107,7 @@ func attack(ctx context.Context, c *http.Client, t *target, w *workload, rate, c
 	lat := make([]time.Duration, 0, max(rate, 1000)*int(dur/time.Second+1))
 	var r phaseResult
 	states := map[string]int{}
+	var own []time.Duration
 	stop := context.AfterFunc(ctx, func() { atk.Stop() })
 	defer stop()
 	for res := range atk.Attack(targeter(t.url, w), pace, dur, t.name) {
@@ -116,6 +127,9 @@ func attack(ctx context.Context, c *http.Client, t *target, w *workload, rate, c
 		if s := res.Headers.Get("X-Run-State"); s != "" {
 			states[s]++
 		}
+		if ms, err := strconv.ParseFloat(res.Headers.Get(overheadHeader), 64); err == nil {
+			own = append(own, time.Duration(ms*float64(time.Millisecond)))
+		}
 	}
 	elapsed := time.Since(start)
 	cpu1 := snapCPU(t)
@@ -130,6 +144,9 @@ func attack(ctx context.Context, c *http.Client, t *target, w *workload, rate, c
 	r.Seconds = elapsed.Seconds()
 	r.Throughput = float64(len(lat)) / elapsed.Seconds()
 	r.P50us, r.P90us, r.P99us, r.MaxUs = percentiles(lat)
+	if len(own) > 0 {
+		r.OwnP50us, _, r.OwnP99us, _ = percentiles(own)
+	}
 	if n := float64(r.Requests); n > 0 {
 		r.MockCPUus = float64((cpu1.mock - cpu0.mock).Microseconds()) / n
 		if t.proxy != nil {

@@ -39,6 +39,8 @@ type summary struct {
 	P99us         map[string]float64 `json:"p99_us"`
 	AddedP50us    map[string]float64 `json:"added_p50_us,omitempty"`
 	AddedP99us    map[string]float64 `json:"added_p99_us,omitempty"`
+	OwnP50us      map[string]float64 `json:"own_overhead_p50_us,omitempty"` // gateways: their own report
+	OwnP99us      map[string]float64 `json:"own_overhead_p99_us,omitempty"`
 	RatioP50      map[string]float64 `json:"added_p50_vs_floor,omitempty"`
 	RatioP99      map[string]float64 `json:"added_p99_vs_floor,omitempty"`
 	CPU1000us     float64            `json:"proxy_cpu_us_per_req_1000rps,omitempty"`
@@ -162,6 +164,7 @@ func (r *report) summarise() {
 			s.AddedTTFBus, s.AddedTotalUs = map[string]float64{}, map[string]float64{}
 		}
 		if gw {
+			s.OwnP50us, s.OwnP99us = map[string]float64{}, map[string]float64{}
 			s.RatioP50, s.RatioP99, s.TTFBRatio = map[string]float64{}, map[string]float64{}, map[string]float64{}
 			if r.nginx {
 				s.TTFBNginx = map[string]float64{}
@@ -176,6 +179,8 @@ func (r *report) summarise() {
 				s.AddedP99us[p] = med(func(rd *round) float64 { return ph(rd, name, p).P99us - ph(rd, "direct", p).P99us })
 			}
 			if gw {
+				s.OwnP50us[p] = med(func(rd *round) float64 { return ph(rd, name, p).OwnP50us })
+				s.OwnP99us[p] = med(func(rd *round) float64 { return ph(rd, name, p).OwnP99us })
 				s.RatioP50[p] = med(func(rd *round) float64 {
 					return ratio(ph(rd, name, p).P50us-ph(rd, "direct", p).P50us, ph(rd, "floor", p).P50us-ph(rd, "direct", p).P50us)
 				})
@@ -439,6 +444,7 @@ func (r *report) markdown(w io.Writer) {
 		ratio  func(s *summary) float64 // gateways only
 		of     string                   // what ratio compares with, when not the floor
 		direct bool                     // direct has a value
+		own    bool                     // only gateways have a value
 		unit   string
 		target string
 		check  string
@@ -463,6 +469,7 @@ func (r *report) markdown(w io.Writer) {
 		}
 	}
 	rows = append(rows,
+		row{label: "gateway's own overhead p50 / p99 (its overhead header), " + phaseLabel(phase1000), own: true},
 		row{label: "saturation throughput, closed loop (req/s)", value: func(s *summary) float64 { return s.SatRPS },
 			ratio: func(s *summary) float64 { return s.SatRatio }, direct: true, target: "≥ 1.2× floor", check: "saturation throughput vs floor"},
 		row{label: "CPU per request at saturation, proxy process", value: func(s *summary) float64 { return s.SatCPUus },
@@ -501,6 +508,10 @@ func (r *report) markdown(w io.Writer) {
 		for _, t := range r.targets {
 			s := r.Summary[t]
 			switch {
+			case rw.own && slices.Contains(r.gateways, t):
+				fmt.Fprintf(w, " %s / %s |", num(s.OwnP50us[phase1000]), num(s.OwnP99us[phase1000]))
+			case rw.own:
+				fmt.Fprint(w, " — |")
 			case rw.value == nil:
 				fmt.Fprintf(w, " %d / %d / %d |", s.Requests, s.Errors, s.Unforwarded)
 			case t == "direct" && !rw.direct:
@@ -522,7 +533,7 @@ func (r *report) markdown(w io.Writer) {
 				}
 			}
 		}
-		if rw.value == nil {
+		if rw.value == nil && !rw.own {
 			met = "yes"
 			if r.Summary["haltline"].Errors > 0 {
 				met = "**no**"
