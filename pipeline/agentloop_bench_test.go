@@ -13,7 +13,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/haltline/haltline/pipeline"
-	"github.com/haltline/haltline/policy"
 	"github.com/haltline/haltline/store"
 	"github.com/haltline/haltline/wire/openai"
 )
@@ -235,16 +234,8 @@ func BenchmarkCheckpointPerCall(b *testing.B) {
 // directory taken while the store was open, as a kill leaves it.
 func BenchmarkReopenAfterCrash(b *testing.B) {
 	dir := b.TempDir()
-	st, err := store.OpenBoltWith(dir, store.BoltOptions{CheckpointEvery: time.Hour, CheckpointOps: 1 << 30})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer st.Close()
-	pol, err := policy.New(context.Background(), policy.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	call := harnessCalls(b, pipeline.New(pipeline.Options{Policy: pol, Store: st}))
+	p, st := persistedPipelineIn(b, dir, store.BoltOptions{CheckpointEvery: time.Hour, CheckpointOps: 1 << 30})
+	call := harnessCalls(b, p)
 	for range 16_000 {
 		call()
 	}
