@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -120,6 +121,43 @@ func TestWorkload(t *testing.T) {
 		r, err := streams(t.Context(), c, &target{name: "mock", url: srv.URL}, ws, 2)
 		if err != nil || r.Errors != 0 {
 			t.Fatalf("%s streams: %v %v", api, err, r.ErrorSample)
+		}
+	}
+}
+
+// -only runs the phases it names and leaves the others' checks out of the
+// report, rather than judging figures that were never measured.
+func TestOnlySelectsPhases(t *testing.T) {
+	o, err := parseOptions([]string{"-only", "^saturation$"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ph := range phaseNames {
+		if got, want := o.runs(ph), ph == phaseSat; got != want {
+			t.Errorf("runs(%s) = %v, want %v", ph, got, want)
+		}
+	}
+	r := newReport(o, placement{}, []variant{{name: "haltline"}}, false, "")
+	r.Summary = map[string]*summary{"haltline": {}, "floor": {}}
+	r.checks("haltline")
+	var measures []string
+	for _, c := range r.Checks {
+		measures = append(measures, c.Measure)
+	}
+	want := []string{"saturation throughput vs floor", "CPU per request at saturation (gateway process)"}
+	if !slices.Equal(measures, want) {
+		t.Errorf("checks %q, want %q", measures, want)
+	}
+	if r.Meta.Only != "^saturation$" {
+		t.Errorf("meta only_phases %q", r.Meta.Only)
+	}
+	if _, err := parseOptions([]string{"-only", "("}); err == nil {
+		t.Error("a bad -only expression was accepted")
+	}
+	all, _ := parseOptions(nil)
+	for _, ph := range phaseNames {
+		if !all.runs(ph) {
+			t.Errorf("without -only, %s does not run", ph)
 		}
 	}
 }

@@ -40,6 +40,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -82,6 +83,7 @@ type options struct {
 	jsonOut     string
 	timeout     time.Duration
 	command     string
+	only        *regexp.Regexp
 }
 
 // variantFlag collects -variant name=args: more Haltline targets measured in
@@ -129,8 +131,16 @@ func parseOptions(args []string) (options, error) {
 	fs.BoolVar(&o.pin, "pin", true, "pin the load generator to CPU 0, the mock and the proxies to CPU 1")
 	fs.StringVar(&o.jsonOut, "json", "", "write the results as JSON to this file (\"-\" for standard output)")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Minute, "hard bound on the whole run")
+	only := fs.String("only", "", "run only the phases whose names match this regular expression ("+strings.Join(phaseNames, ", ")+"), to profile or compare one; the report's other rows stay empty")
 	if err := fs.Parse(args); err != nil {
 		return o, err
+	}
+	if *only != "" {
+		re, err := regexp.Compile(*only)
+		if err != nil {
+			return o, fmt.Errorf("-only: %w", err)
+		}
+		o.only = re
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })

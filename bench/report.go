@@ -29,7 +29,8 @@ type meta struct {
 	Chunks    int     `json:"stream_chunks"`
 	Seconds   float64 `json:"seconds"`
 	Note      string  `json:"note"`
-	Nginx     string  `json:"nginx"` // the reference binary, or why it was not measured
+	Nginx     string  `json:"nginx"`                 // the reference binary, or why it was not measured
+	Only      string  `json:"only_phases,omitempty"` // -only: the other phases did not run
 }
 
 // summary holds one target's figures: medians over rounds; overheads are
@@ -80,6 +81,7 @@ type report struct {
 	nginx    bool // nginx is among the targets
 	apis     []string
 	phases   []string
+	opts     options
 }
 
 func newReport(o options, pl placement, gateways []variant, nginx bool, nginxNote string) *report {
@@ -98,7 +100,10 @@ func newReport(o options, pl placement, gateways []variant, nginx bool, nginxNot
 		Chunks:    o.chunks,
 		Note:      "shared machine: other builds ran at the same time, figures are noisy",
 		Nginx:     nginxNote,
-	}}
+	}, opts: o}
+	if o.only != nil {
+		r.Meta.Only = o.only.String()
+	}
 	r.targets = []string{"direct", "floor"}
 	if nginx {
 		r.targets = append(r.targets, "nginx")
@@ -260,7 +265,10 @@ func (r *report) summarise() {
 // checks compares a gateway with the targets of issue 10.
 func (r *report) checks(g string) {
 	s, fl := r.Summary[g], r.Summary["floor"]
-	add := func(measure string, v float64, limit string, met bool, short string) {
+	add := func(phase, measure string, v float64, limit string, met bool, short string) {
+		if !r.opts.runs(phase) {
+			return // not measured in this run (-only)
+		}
 		c := check{Target: g, Measure: measure, Value: round2(v), Limit: limit, Met: met}
 		if !met {
 			c.Shortfall = short
@@ -268,19 +276,19 @@ func (r *report) checks(g string) {
 		r.Checks = append(r.Checks, c)
 	}
 	x := s.RatioP50[phase1000]
-	add("added p50 at 1,000 req/s, 2 KB, vs floor", x, "≤ 1.0× floor", x <= 1.0,
+	add(phase1000, "added p50 at 1,000 req/s, 2 KB, vs floor", x, "≤ 1.0× floor", x <= 1.0,
 		fmt.Sprintf("%s the floor (%.0f µs vs %.0f µs added)", times(x), s.AddedP50us[phase1000], fl.AddedP50us[phase1000]))
 	x = s.RatioP99[phase1000]
-	add("added p99 at 1,000 req/s, 2 KB, vs floor", x, "≤ 1.5× floor", x <= 1.5,
+	add(phase1000, "added p99 at 1,000 req/s, 2 KB, vs floor", x, "≤ 1.5× floor", x <= 1.5,
 		fmt.Sprintf("%s the floor (%.0f µs vs %.0f µs added)", times(x), s.AddedP99us[phase1000], fl.AddedP99us[phase1000]))
 	x = s.AddedP50us[phase200KB]
-	add("added p50 at 1,000 req/s, 200 KB", x, "< 400 µs", x < 400,
+	add(phase200KB, "added p50 at 1,000 req/s, 200 KB", x, "< 400 µs", x < 400,
 		fmt.Sprintf("%.0f µs over", x-400))
 	x = s.SatRatio
-	add("saturation throughput vs floor", x, "≥ 1.2× floor", x >= 1.2,
+	add(phaseSat, "saturation throughput vs floor", x, "≥ 1.2× floor", x >= 1.2,
 		fmt.Sprintf("%s the floor (%.0f vs %.0f req/s)", times(x), s.SatRPS, fl.SatRPS))
 	x = s.SatCPUus
-	add("CPU per request at saturation (gateway process)", x, "≤ 60 µs", x <= 60,
+	add(phaseSat, "CPU per request at saturation (gateway process)", x, "≤ 60 µs", x <= 60,
 		fmt.Sprintf("%.0f µs over", x-60))
 	if ng := r.Summary["nginx"]; ng != nil {
 		x = s.TTFBNginx[apiOpenAI]
@@ -289,11 +297,11 @@ func (r *report) checks(g string) {
 			// nginx's own delay can vanish in the noise of a shared machine.
 			short = fmt.Sprintf("nginx added nothing measurable (%.0f µs), the gateway %.0f µs", ng.AddedTTFBus[apiOpenAI], s.AddedTTFBus[apiOpenAI])
 		}
-		add(checkTTFBNginx, x, "≤ 1.0× nginx", x <= 1.0, short)
+		add("stream_"+apiOpenAI, checkTTFBNginx, x, "≤ 1.0× nginx", x <= 1.0, short)
 		return
 	}
 	x = s.TTFBRatio[apiOpenAI]
-	add(checkTTFBFloor, x, "≤ 1.0× (nginx)", x <= 1.0,
+	add("stream_"+apiOpenAI, checkTTFBFloor, x, "≤ 1.0× (nginx)", x <= 1.0,
 		fmt.Sprintf("%s the floor (%.0f µs vs %.0f µs added)", times(x), s.AddedTTFBus[apiOpenAI], fl.AddedTTFBus[apiOpenAI]))
 }
 

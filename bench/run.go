@@ -18,7 +18,14 @@ const (
 	phase1000  = "openai_1000rps_2KB"
 	phase200KB = "openai_1000rps_200KB"
 	phaseAnth  = "anthropic_1000rps_2KB"
+	phaseSat   = "saturation"
 )
+
+// phaseNames are the phases -only selects from.
+var phaseNames = []string{phase200, phase1000, phase200KB, phaseAnth, "stream_" + apiOpenAI, "stream_" + apiAnthropic, phaseSat}
+
+// runs reports whether -only lets phase run.
+func (o options) runs(phase string) bool { return o.only == nil || o.only.MatchString(phase) }
 
 // targetResult is everything measured on one target in one round.
 type targetResult struct {
@@ -223,6 +230,9 @@ func measureTarget(ctx context.Context, o options, c *http.Client, t *target, ta
 		}{phaseAnth, apiAnthropic, size2KB, 1000})
 	}
 	for _, ph := range phases {
+		if !o.runs(ph.name) {
+			continue
+		}
 		r, err := attack(ctx, c, t, wl(ph.api, ph.size, false, ph.name), ph.rate, 0, o.duration)
 		if err != nil {
 			return res, err
@@ -237,6 +247,9 @@ func measureTarget(ctx context.Context, o options, c *http.Client, t *target, ta
 		apis = append(apis, apiAnthropic)
 	}
 	for _, api := range apis {
+		if !o.runs("stream_" + api) {
+			continue
+		}
 		r, err := streams(ctx, c, t, wl(api, size2KB, true, "stream-"+api), o.streams)
 		if err != nil {
 			return res, err
@@ -244,6 +257,9 @@ func measureTarget(ctx context.Context, o options, c *http.Client, t *target, ta
 		res.Streams[api] = r
 		fmt.Fprintf(out, "  %-9s %-22s %6d req  %3d err  TTFB p50 %6.0f µs  total p50 %7.0f µs%s\n",
 			t.name, "stream_"+api+"_"+strconv.Itoa(o.chunks), r.Requests, r.Errors, r.TTFBp50us, r.TotalP50us, errNote(r.ErrorSample))
+	}
+	if !o.runs(phaseSat) {
+		return res, nil
 	}
 	sat, err := saturate(ctx, c, t, func(name string) *workload { return wl(apiOpenAI, size2KB, false, name) }, o.satMax, o.satStep)
 	res.Saturation = sat
