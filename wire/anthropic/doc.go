@@ -13,5 +13,7 @@
 // call, so the body is walked once skipping values without decoding them
 // (wire/jsonscan), the few values used are read with gjson, an output cap is
 // spliced into the body (sjson for the rarer edits), and a stream is relayed
-// byte for byte while it is read.
+// byte for byte while it is read. A non-streamed response is read in the
+// pass that validates it (its reader before, on gjson, is the tests'
+// reference).
 package anthropic

@@ -1,8 +1,12 @@
 package anthropic
 
 import (
+	"strconv"
+	"strings"
 	"unicode/utf8"
 	"unsafe"
+
+	"github.com/tidwall/gjson"
 
 	"github.com/haltline/haltline/wire/jsonscan"
 )
@@ -136,6 +140,79 @@ func rawMember(obj, key string) string {
 		return true
 	})
 	return raw
+}
+
+// firstMember returns the raw value of the first member of object obj
+// whose key, unescaped, is key — a lookup's answer, where a request's
+// fields go by their raw key (rawMember) — or "" (obj not an object).
+// obj is a valid JSON value.
+func firstMember(obj, key string) string {
+	var raw string
+	if len(obj) > 0 && obj[0] == '{' {
+		members(obj, func(k, v string) bool {
+			if unescapedKey(k) == key {
+				raw = v
+				return false
+			}
+			return true
+		})
+	}
+	return raw
+}
+
+// unescapedKey is a member's raw key, decoded when it holds an escape
+// ("i\u0064" is "id" to a lookup).
+func unescapedKey(raw string) string {
+	if strings.IndexByte(raw, '\\') < 0 {
+		return raw
+	}
+	return string(appendUnescaped(nil, raw))
+}
+
+// strValue is the decoded text of a raw JSON string, or "" for any other
+// value. It may alias raw.
+func strValue(raw string) string {
+	body := strBody(raw)
+	if strings.IndexByte(body, '\\') < 0 {
+		return body
+	}
+	return string(appendUnescaped(nil, body))
+}
+
+// intValue reads a raw JSON number as a count the way gjson's Int does
+// (a whole number exactly; a fraction or an exponent through a float,
+// truncated); ok is false for anything but a number.
+func intValue(raw string) (int64, bool) {
+	if raw == "" || (raw[0] != '-' && (raw[0] < '0' || raw[0] > '9')) {
+		return 0, false
+	}
+	if n, err := strconv.ParseInt(raw, 10, 64); err == nil {
+		return n, true
+	}
+	return gjson.Parse(raw).Int(), true
+}
+
+// eachElement calls fn with each element of a raw array, each member value
+// of a raw object, or raw itself otherwise: what gjson's ForEach yields.
+// raw is a valid JSON value.
+func eachElement(raw string, fn func(v string)) {
+	switch raw[0] {
+	case '[':
+		jsonscan.Array(raw, 0, func(v int) int {
+			end := skipValue(raw, v)
+			if end > v {
+				fn(raw[v:end])
+			}
+			return end
+		})
+	case '{':
+		members(raw, func(_, v string) bool {
+			fn(v)
+			return true
+		})
+	default:
+		fn(raw)
+	}
 }
 
 func skipWS(s string, i int) int { return jsonscan.SkipWS(s, i) }

@@ -143,7 +143,7 @@ func (t *tap) readUsage(u gjson.Result) {
 	if !u.IsObject() {
 		return
 	}
-	t.u.read(u)
+	t.u.read(u.Raw)
 	t.resp.Usage, t.resp.HasUsage = t.u.norm(), true
 }
 
