@@ -51,13 +51,20 @@ func (p *Pipeline) Begin(ctx context.Context, call *Call, codec wire.Codec) *Tur
 	}
 	p.beginLocked(ctx, t, r, created)
 	p.recordBegin(t, r)
+	// A forwarded call's writes (its reservation; a new run's snapshot)
+	// go out with the store's next commit — often this call's own Finish —
+	// or within a millisecond: nobody waits for them, and a commit of their
+	// own cost a write(2) on the way to the provider. An answer given here
+	// (a refusal, an end) is written before it leaves, as is everything
+	// when replicas share the store.
 	var saved <-chan error
-	if created || t.Answer != nil || r.State.Final() || p.shared() {
+	switch {
+	case t.Answer != nil || r.State.Final() || p.shared():
 		saved = p.persist(r)
-	} else {
-		// A forwarded call changed little that must survive a crash before
-		// its Finish: its reservation. The run itself is written at Finish.
-		saved = p.persistPending(r)
+	case created:
+		p.persistLater(r)
+	default:
+		p.persistPendingLater(r) // the run itself is written at Finish
 	}
 	r.Mu.Unlock()
 	if p.shared() {

@@ -46,7 +46,7 @@ func agentAnswer(run string, k, steps int) []byte {
 // flight, each step continuing its run by X-Run-Id with its history and tool
 // results, every change committed to the embedded store (log + checkpoints).
 func BenchmarkAgentLoopPersisted(b *testing.B) {
-	p, _ := persistedPipeline(b, store.BoltOptions{})
+	p, st := persistedPipeline(b, store.BoltOptions{})
 	const slots, steps = 1024, 4
 	type req struct {
 		run  string
@@ -65,6 +65,7 @@ func BenchmarkAgentLoopPersisted(b *testing.B) {
 	}
 	ctx := context.Background()
 	b.ReportAllocs()
+	cpu0 := processCPU()
 	i := 0
 	for b.Loop() {
 		r := reqs[i%len(reqs)]
@@ -82,6 +83,19 @@ func BenchmarkAgentLoopPersisted(b *testing.B) {
 		}
 		p.Finish(ctx, t, pipeline.Outcome{Status: 200, Body: r.resp})
 	}
+	// Each commit is a write(2) to the log on the call's path.
+	b.ReportMetric(float64(st.Commits())/float64(b.N), "commits/call")
+	// The process's CPU time, background work (checkpoints, the
+	// collector) included, and a VM's stolen time not: steadier than ns/op
+	// on a shared machine.
+	b.ReportMetric(float64((processCPU()-cpu0).Microseconds())/float64(b.N), "cpu-µs/call")
+}
+
+// processCPU is the user and system time of the whole process.
+func processCPU() time.Duration {
+	var ru unix.Rusage
+	_ = unix.Getrusage(unix.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkMemoryPerEvent measures what one more event of a run costs: in

@@ -148,9 +148,25 @@ const persistWait = 5 * time.Second
 // atomic write. The caller holds r.Mu; it may wait on the returned channel
 // after unlocking.
 func (p *Pipeline) persist(r *runstate.Run) <-chan error {
+	ops := p.persistOps(r)
+	if ops == nil {
+		return nil
+	}
+	return p.opts.Store.Apply(ops)
+}
+
+// persistLater is persist for a write nobody waits for: it goes out with
+// the store's next commit (store.Store.Later).
+func (p *Pipeline) persistLater(r *runstate.Run) {
+	if ops := p.persistOps(r); ops != nil {
+		p.opts.Store.Later(ops)
+	}
+}
+
+// persistOps is what persist writes, or nil without a store.
+func (p *Pipeline) persistOps(r *runstate.Run) []store.Op {
 	p.reportTransitions(r, govOf(r))
-	st := p.opts.Store
-	if st == nil {
+	if p.opts.Store == nil {
 		return nil
 	}
 	g := govOf(r)
@@ -200,20 +216,19 @@ func (p *Pipeline) persist(r *runstate.Run) <-chan error {
 	} else {
 		key = []byte(r.ID)
 	}
-	ops = append(ops, store.Op{Bucket: store.Runs, Key: key, Value: v})
-	return st.Apply(ops)
+	return append(ops, store.Op{Bucket: store.Runs, Key: key, Value: v})
 }
 
-// persistPending writes only the queued ops (reservations, lineage keys).
-func (p *Pipeline) persistPending(r *runstate.Run) <-chan error {
+// persistPendingLater hands the queued ops to the store's next commit
+// (store.Store.Later): for writes nobody waits for.
+func (p *Pipeline) persistPendingLater(r *runstate.Run) {
 	g := govOf(r)
 	p.reportTransitions(r, g)
 	if p.opts.Store == nil || g == nil || len(g.pending) == 0 {
-		return nil
+		return
 	}
-	ops := append([]store.Op(nil), g.pending...)
+	p.opts.Store.Later(append([]store.Op(nil), g.pending...))
 	g.pending = g.pending[:0]
-	return p.opts.Store.Apply(ops)
 }
 
 // queue adds a write to the run's next persist.

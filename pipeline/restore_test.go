@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -361,5 +363,48 @@ func BenchmarkRecordsFromStore(b *testing.B) {
 		if err != nil || len(recs) != 50 || recs[0].ID != "r-list-1999" {
 			b.Fatalf("%d records (first %s), %v", len(recs), recs[0].ID, err)
 		}
+	}
+}
+
+// A call's hold on its budget reaches the store without a write of its own
+// (it rides on the next commit, store.Store.Later) and still survives a
+// crash once a millisecond has passed: the restarted gateway keeps it held
+// until its lease ends.
+func TestInFlightHoldSurvivesACrash(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	clock := time.Unix(1_800_000_000, 0)
+	now := func() time.Time { return clock }
+	p, st := boltPipeline(t, dir, now)
+	const run = "r-in-flight"
+	call := func(k int) *pipeline.Call {
+		return &pipeline.Call{Body: agentStep(run, k), RunID: run, RunBudget: "max_cost_usd=1"}
+	}
+	if turn := step(p, call(0), string(agentAnswer(run, 0, 4))); turn.Answer != nil {
+		t.Fatalf("refused: %s", turn.Answer.Body)
+	}
+	if turn := p.Begin(context.Background(), call(1), openai.Chat{}); turn.Answer != nil {
+		t.Fatalf("refused: %s", turn.Answer.Body)
+	}
+	// No Finish: the call is in flight when the process dies.
+	deadline := time.Now().Add(5 * time.Second)
+	for n := 0; n == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the hold never reached the store")
+		}
+		time.Sleep(time.Millisecond)
+		st.Scan(store.Reservations, func(_, _ []byte) error { n++; return nil })
+	}
+	crashed := filepath.Join(t.TempDir(), "data")
+	if err := os.CopyFS(crashed, os.DirFS(dir)); err != nil {
+		t.Fatal(err)
+	}
+	p2, _ := boltPipeline(t, crashed, now)
+	if _, err := p2.Restore(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	clock = clock.Add(24 * time.Hour)
+	if n := p2.SweepLeases(); n != 1 {
+		t.Fatalf("after the crash, %d holds were left to expire, want the call's 1", n)
 	}
 }

@@ -3,6 +3,7 @@ package store
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // GroupCommitter is the write policy both stores share: Apply queues a batch
@@ -17,6 +18,12 @@ import (
 // commits holds commitMu, and an Apply commits inline only when nothing
 // queued before it is still uncommitted, so batches commit in Apply order
 // as before.
+//
+// Later queues a batch nobody waits for: it goes out at the head of the
+// next commit, or by itself after laterWait if no commit comes first. A
+// call's first write (its reservation, before the provider answers) thus
+// shares the write(2) of the commit that acknowledges some call's end —
+// most often its own — instead of costing one of its own.
 type GroupCommitter struct {
 	commit func(batches [][]Op) error
 	queue  chan groupItem
@@ -25,7 +32,15 @@ type GroupCommitter struct {
 	inline   bool
 	commitMu sync.Mutex   // held during a commit, by the writer or an inline Apply
 	queued   atomic.Int64 // batches sent to the writer and not yet committed
-	one      [1][]Op      // an inline commit's batches, under commitMu
+	commits  atomic.Uint64
+	one      [2][]Op      // an inline commit's batches, under commitMu
+
+	// laterMu orders the taking of the Later ops with the Apply that takes
+	// them: an Apply takes them and is queued (or commits inline) before
+	// any later Apply, so they commit ahead of every write after them.
+	laterMu    sync.Mutex
+	later      []Op
+	laterTimer *time.Timer
 
 	// closeMu orders Apply's send against Close's close of the queue.
 	closeMu sync.RWMutex
@@ -36,9 +51,14 @@ type GroupCommitter struct {
 }
 
 type groupItem struct {
-	ops []Op
-	res chan error
+	later []Op // Later's ops taken by this Apply: committed before ops
+	ops   []Op
+	res   chan error
 }
+
+// laterWait bounds how long a Later batch waits for a commit to share: the
+// window in which a crash of the process can lose it.
+const laterWait = time.Millisecond
 
 // NewGroupCommitter starts the writer goroutine; commit applies the
 // batches, in order, atomically. inline lets Apply commit a batch itself
@@ -47,8 +67,54 @@ type groupItem struct {
 // leaves it off.
 func NewGroupCommitter(commit func(batches [][]Op) error, inline bool) *GroupCommitter {
 	g := &GroupCommitter{commit: commit, inline: inline, queue: make(chan groupItem, 1024), done: make(chan struct{})}
+	g.laterTimer = time.AfterFunc(time.Hour, g.flushLater)
+	g.laterTimer.Stop()
 	go g.writer()
 	return g
+}
+
+// Later queues ops to be committed with the next commit, ahead of its own
+// batches, or within laterWait at most. Nobody learns the result but
+// LastError; ordering against Apply is kept (see laterMu). The ops are
+// handed over as with Apply.
+func (g *GroupCommitter) Later(ops []Op) {
+	if len(ops) == 0 {
+		return
+	}
+	g.closeMu.RLock()
+	defer g.closeMu.RUnlock()
+	if g.closed {
+		g.setLastError(ErrClosed)
+		return
+	}
+	g.laterMu.Lock()
+	if len(g.later) == 0 {
+		g.laterTimer.Reset(laterWait)
+		g.later = ops // handed over: no copy
+	} else {
+		g.later = append(g.later, ops...)
+	}
+	g.laterMu.Unlock()
+}
+
+// takeLater hands the Later ops to the caller's commit; laterMu is held.
+func (g *GroupCommitter) takeLater() []Op {
+	l := g.later
+	if len(l) > 0 {
+		g.later = nil // the commit keeps the slice until it is done
+		g.laterTimer.Stop()
+	}
+	return l
+}
+
+// flushLater commits the Later ops no commit took within laterWait.
+func (g *GroupCommitter) flushLater() {
+	g.laterMu.Lock()
+	empty := len(g.later) == 0
+	g.laterMu.Unlock()
+	if !empty {
+		g.Apply(nil)
+	}
 }
 
 // Apply queues ops, or commits them at once (see GroupCommitter); a
@@ -60,12 +126,26 @@ func (g *GroupCommitter) Apply(ops []Op) <-chan error {
 		return failed(ErrClosed)
 	}
 	if g.inline && g.queued.Load() == 0 && g.commitMu.TryLock() {
-		// Checked again under the lock: the writer may have taken a batch
-		// from the queue and not yet committed it.
+		// Checked again under the locks: the writer may have taken a batch
+		// from the queue and not yet committed it, and an Apply holding
+		// laterMu may be queueing the Later ops.
+		g.laterMu.Lock()
 		if g.queued.Load() == 0 {
-			g.one[0] = ops
-			err := g.commit(g.one[:])
-			g.one[0] = nil
+			later := g.takeLater()
+			g.laterMu.Unlock()
+			batches := g.one[:0]
+			if len(later) > 0 {
+				batches = append(batches, later)
+			}
+			if len(ops) > 0 {
+				batches = append(batches, ops)
+			}
+			var err error
+			if len(batches) > 0 {
+				err = g.commit(batches)
+				g.commits.Add(1)
+			}
+			g.one = [2][]Op{}
 			g.commitMu.Unlock()
 			g.setLastError(err)
 			if err != nil {
@@ -73,11 +153,14 @@ func (g *GroupCommitter) Apply(ops []Op) <-chan error {
 			}
 			return committed
 		}
+		g.laterMu.Unlock()
 		g.commitMu.Unlock()
 	}
 	res := make(chan error, 1)
+	g.laterMu.Lock()
 	g.queued.Add(1)
-	g.queue <- groupItem{ops: ops, res: res}
+	g.queue <- groupItem{later: g.takeLater(), ops: ops, res: res}
+	g.laterMu.Unlock()
 	return res
 }
 
@@ -103,7 +186,7 @@ func (g *GroupCommitter) writer() {
 	batches := make([][]Op, 0, 64)
 	for it := range g.queue {
 		items = append(items[:0], it)
-		n := len(it.ops)
+		n := len(it.later) + len(it.ops)
 	drain:
 		for n < MaxBatch {
 			select {
@@ -112,17 +195,26 @@ func (g *GroupCommitter) writer() {
 					break drain
 				}
 				items = append(items, q)
-				n += len(q.ops)
+				n += len(q.later) + len(q.ops)
 			default:
 				break drain
 			}
 		}
 		batches = batches[:0]
 		for _, it := range items {
-			batches = append(batches, it.ops)
+			if len(it.later) > 0 {
+				batches = append(batches, it.later)
+			}
+			if len(it.ops) > 0 {
+				batches = append(batches, it.ops)
+			}
 		}
 		g.commitMu.Lock()
-		err := g.commit(batches)
+		var err error
+		if len(batches) > 0 { // an Apply(nil) whose Later ops another took
+			err = g.commit(batches)
+			g.commits.Add(1)
+		}
 		g.queued.Add(-int64(len(items)))
 		g.commitMu.Unlock()
 		g.setLastError(err)
@@ -137,6 +229,10 @@ func (g *GroupCommitter) setLastError(err error) {
 	g.lastErr = err
 	g.errMu.Unlock()
 }
+
+// Commits counts the commits made (each a write to the embedded store's
+// log, or a round trip to Redis), for benchmarks and tools.
+func (g *GroupCommitter) Commits() uint64 { return g.commits.Load() }
 
 // LastError is the result of the last commit.
 func (g *GroupCommitter) LastError() error {
@@ -169,6 +265,14 @@ func (g *GroupCommitter) Close() bool {
 		return false
 	}
 	g.closed = true
+	// Queued under closeMu's write lock, no Apply can slip in between.
+	g.laterMu.Lock()
+	g.laterTimer.Stop()
+	if later := g.takeLater(); len(later) > 0 {
+		g.queued.Add(1)
+		g.queue <- groupItem{later: later, res: make(chan error, 1)}
+	}
+	g.laterMu.Unlock()
 	close(g.queue)
 	g.closeMu.Unlock()
 	<-g.done

@@ -135,3 +135,109 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// Later's ops ride at the head of the next commit; alone, they are
+// committed within laterWait; Close commits those still waiting.
+func TestGroupCommitterLater(t *testing.T) {
+	var mu sync.Mutex
+	var commits [][]string
+	rec := func(batches [][]Op) error {
+		mu.Lock()
+		defer mu.Unlock()
+		var keys []string
+		for _, ops := range batches {
+			for _, op := range ops {
+				keys = append(keys, string(op.Key))
+			}
+		}
+		commits = append(commits, keys)
+		return nil
+	}
+	seen := func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return fmt.Sprint(commits)
+	}
+	for _, inline := range []bool{true, false} {
+		mu.Lock()
+		commits = nil
+		mu.Unlock()
+		g := NewGroupCommitter(rec, inline)
+		g.Later([]Op{{Bucket: Runs, Key: []byte("a")}})
+		g.Later([]Op{{Bucket: Runs, Key: []byte("b")}})
+		if err := <-g.Apply([]Op{{Bucket: Runs, Key: []byte("c")}}); err != nil {
+			t.Fatal(err)
+		}
+		if got := seen(); got != "[[a b c]]" {
+			t.Fatalf("inline %v: commits %s, want a, b and c in one", inline, got)
+		}
+		g.Later([]Op{{Bucket: Runs, Key: []byte("d")}})
+		waitFor(t, func() bool { return seen() == "[[a b c] [d]]" })
+		g.Later([]Op{{Bucket: Runs, Key: []byte("e")}})
+		g.Close()
+		if got := seen(); got != "[[a b c] [d] [e]]" {
+			t.Fatalf("inline %v: after Close, commits %s", inline, got)
+		}
+		if n := g.Commits(); n != 3 {
+			t.Fatalf("inline %v: Commits() = %d, want 3", inline, n)
+		}
+		g.Later([]Op{{Bucket: Runs, Key: []byte("f")}})
+		if g.LastError() != ErrClosed {
+			t.Fatalf("inline %v: Later after Close: last error %v", inline, g.LastError())
+		}
+	}
+}
+
+// A goroutine's Later and Apply batches commit in the order it made them,
+// whichever commit takes them, under contention (run with -race).
+func TestGroupCommitterLaterKeepsOrder(t *testing.T) {
+	for _, inline := range []bool{false, true} {
+		var mu sync.Mutex
+		last := map[string]int{}
+		total := 0
+		var bad []string
+		g := NewGroupCommitter(func(batches [][]Op) error {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, ops := range batches {
+				for _, op := range ops {
+					var n int
+					fmt.Sscan(string(op.Value), &n)
+					k := string(op.Key)
+					if prev, ok := last[k]; ok && n != prev+1 {
+						bad = append(bad, fmt.Sprintf("%s: %d after %d", k, n, prev))
+					}
+					last[k] = n
+					total++
+				}
+			}
+			return nil
+		}, inline)
+		const writers, each = 8, 3000
+		var wg sync.WaitGroup
+		for w := range writers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for n := range each {
+					op := []Op{{Bucket: Runs, Key: fmt.Appendf(nil, "w%d", w), Value: fmt.Append(nil, n)}}
+					if n%3 == 0 {
+						g.Later(op) // a call's reservation
+						continue
+					}
+					if err := <-g.Apply(op); err != nil { // its end
+						t.Error(err)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		g.Close()
+		if len(bad) > 0 {
+			t.Fatalf("inline %v: out of order: %v", inline, bad[:min(len(bad), 5)])
+		}
+		if total != writers*each {
+			t.Fatalf("inline %v: %d ops committed, want %d", inline, total, writers*each)
+		}
+	}
+}

@@ -37,6 +37,10 @@ type Store interface {
 	// as they are until they are checkpointed, and the caller must not
 	// change their bytes afterwards.
 	Apply(ops []Op) <-chan error
+	// Later queues ops nobody waits for: they are committed ahead of the
+	// next Apply's, in the same commit, or on their own within a
+	// millisecond — until then a crash of the process can lose them.
+	Later(ops []Op)
 	// Get returns one record, or nil when there is none.
 	Get(b Bucket, key []byte) ([]byte, error)
 	// Scan calls fn for every record of a bucket, in key order.
