@@ -192,6 +192,7 @@ func (g *Gateway) Close(ctx context.Context) error {
 	case <-ctx.Done():
 	}
 	// Open spans end and the exporter flushes once no call is in flight.
+	g.Pipeline.SaveUnsaved() // a call the drain left in flight
 	return errors.Join(err, g.obs.Shutdown(ctx), g.store.Close())
 }
 

@@ -51,18 +51,19 @@ func (p *Pipeline) Begin(ctx context.Context, call *Call, codec wire.Codec) *Tur
 	}
 	p.beginLocked(ctx, t, r, created)
 	p.recordBegin(t, r)
-	// A forwarded call's writes (its reservation; a new run's snapshot)
-	// go out with the store's next commit — often this call's own Finish —
-	// or within a millisecond: nobody waits for them, and a commit of their
-	// own cost a write(2) on the way to the provider. An answer given here
-	// (a refusal, an end) is written before it leaves, as is everything
-	// when replicas share the store.
+	// A forwarded call's writes nobody waits for: a call's reservation goes
+	// out with the store's next commit — often this call's own Finish — or
+	// within a millisecond (a commit of its own cost a write(2) on the way
+	// to the provider); a new run is written whole by that Finish, or by
+	// SaveUnsaved past a millisecond. An answer given here (a refusal, an
+	// end) is written before it leaves, as is everything when replicas
+	// share the store.
 	var saved <-chan error
 	switch {
 	case t.Answer != nil || r.State.Final() || p.shared():
 		saved = p.persist(r)
 	case created:
-		p.persistLater(r)
+		p.saveSoon(r)
 	default:
 		p.persistPendingLater(r) // the run itself is written at Finish
 	}

@@ -23,7 +23,7 @@ func (p *Pipeline) evictEnded(now time.Time) int {
 	for _, r := range p.runs.Ended(now.Add(-p.opts.EndedRetention)) {
 		r.Mu.Lock()
 		g := govOf(r)
-		keep := !r.State.Final() || r.Inflight > 0 || (g != nil && len(g.pending) > 0)
+		keep := !r.State.Final() || r.Inflight > 0 || (g != nil && (len(g.pending) > 0 || g.unsaved))
 		if g != nil && g.tools != nil {
 			for _, a := range g.tools.approvals {
 				keep = keep || a.effective(now) == ApprovalPending

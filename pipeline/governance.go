@@ -42,6 +42,9 @@ type governance struct {
 	reportedSeq int64
 	// version is the last persisted version of the run (runBlob.Version).
 	version int64
+	// unsaved marks a new run whose first call went out before the run was
+	// written (saveSoon): its Finish, or the timer, writes it.
+	unsaved bool
 	// keys are the lineage keys of the run held in memory, dropped with it
 	// when it leaves memory.
 	keys []string

@@ -64,7 +64,8 @@ func TestOverdueRunCaughtInACallWaitsOutTheUpstreamTimeout(t *testing.T) {
 	if turn := p.Begin(ctx, &pipeline.Call{Body: taskBody, RunID: "r-cut", RunBudget: "deadline_ms=60000"}, openai.Chat{}); turn.Answer != nil {
 		t.Fatalf("refused: %s", turn.Answer.Body)
 	}
-	st.Close() // the process dies with the call in flight
+	p.SaveUnsaved() // what its timer does a millisecond after the call went out
+	st.Close()      // the process dies with the call in flight
 
 	p2, _ := boltPipeline(t, dir, now)
 	if _, err := p2.Restore(ctx); err != nil {

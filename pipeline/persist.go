@@ -155,11 +155,46 @@ func (p *Pipeline) persist(r *runstate.Run) <-chan error {
 	return p.opts.Store.Apply(ops)
 }
 
-// persistLater is persist for a write nobody waits for: it goes out with
-// the store's next commit (store.Store.Later).
-func (p *Pipeline) persistLater(r *runstate.Run) {
-	if ops := p.persistOps(r); ops != nil {
-		p.opts.Store.Later(ops)
+// saveSoonWait bounds how long a new run whose first call went out stays
+// unwritten when that call has not ended: the window in which a crash of
+// the process can lose it.
+const saveSoonWait = time.Millisecond
+
+// saveSoon leaves a new run unwritten while its first call is with the
+// provider: that call's Finish writes it whole, most often well within
+// saveSoonWait, and writing it here as well encoded its snapshot twice on
+// the way to the provider (a stream's time to first byte). Past
+// saveSoonWait, SaveUnsaved writes it. The caller holds r.Mu.
+func (p *Pipeline) saveSoon(r *runstate.Run) {
+	g := govOf(r)
+	p.reportTransitions(r, g)
+	if p.opts.Store == nil || g == nil {
+		return
+	}
+	g.unsaved = true
+	p.soonMu.Lock()
+	p.soon = append(p.soon, r)
+	if len(p.soon) == 1 {
+		p.soonTimer.Reset(saveSoonWait)
+	}
+	p.soonMu.Unlock()
+}
+
+// SaveUnsaved writes the new runs saveSoon left that no Finish has written
+// yet; its timer calls it, and a gateway that stops calls it before it
+// closes the store.
+func (p *Pipeline) SaveUnsaved() {
+	p.soonMu.Lock()
+	runs := p.soon
+	p.soon = nil
+	p.soonTimer.Stop()
+	p.soonMu.Unlock()
+	for _, r := range runs {
+		r.Mu.Lock()
+		if g := govOf(r); g != nil && g.unsaved {
+			p.persist(r) // committed here, in this goroutine, or queued
+		}
+		r.Mu.Unlock()
 	}
 }
 
@@ -174,6 +209,7 @@ func (p *Pipeline) persistOps(r *runstate.Run) []store.Op {
 	run := r.Export(now)
 	var ops []store.Op
 	if g != nil {
+		g.unsaved = false
 		// Ledgers, queued writes, events, recording, the run: one slice.
 		ops = make([]store.Op, 0, len(g.ledgers)+len(g.pending)+3)
 		if mb, ok := p.book.(*accounting.MemBook); ok {

@@ -162,6 +162,11 @@ type Pipeline struct {
 	deferMu  sync.Mutex
 	deferred []deferredSettle
 
+	// soon holds new runs whose first call went out unsaved (saveSoon).
+	soonMu    sync.Mutex
+	soon      []*runstate.Run
+	soonTimer *time.Timer
+
 	// recs indexes the runs recorded for replay (record.go).
 	recs recordings
 	// retain paces the store's retention sweeps (retain.go).
@@ -198,12 +203,15 @@ func New(o Options) *Pipeline {
 	if o.EndedRetention <= 0 {
 		o.EndedRetention = 30 * time.Second
 	}
-	return &Pipeline{
+	p := &Pipeline{
 		opts: o, book: o.Book, runs: o.Runs, pol: o.Policy, catalog: o.Catalog, obs: o.Observer,
 		log: o.Logger, now: o.Now,
 		canons: map[string]*loopguard.Canonicalizer{},
 		epoch:  time.Now().UnixNano(),
 	}
+	p.soonTimer = time.AfterFunc(time.Hour, p.SaveUnsaved)
+	p.soonTimer.Stop()
+	return p
 }
 
 // Runs is the run registry.

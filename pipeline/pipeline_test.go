@@ -3,6 +3,7 @@ package pipeline_test
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"runtime"
 	"strings"
 	"testing"
@@ -219,4 +220,27 @@ func BenchmarkMemoryPerIdleRun(b *testing.B) {
 	for b.Loop() {
 	}
 	b.ReportMetric(perRun, "heap-B/run")
+}
+
+// BenchmarkBeginNewRun is what a run's first call does before it can go to
+// the provider (a stream's time to first byte pays all of it): a new run
+// (policy asked, budgets ledgers made), admission, and the embedded store's
+// part. Finish, outside the timer, settles it.
+func BenchmarkBeginNewRun(b *testing.B) {
+	p, _ := persistedPipeline(b, store.BoltOptions{})
+	body := chatBody(2 << 10)
+	resp := []byte(finalResponse)
+	ctx := context.Background()
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		i++
+		t := p.Begin(ctx, &pipeline.Call{Body: body, RunID: "r-new-" + strconv.Itoa(i)}, openai.Chat{})
+		if t.Answer != nil {
+			b.Fatalf("refused: %s", t.Answer.Body)
+		}
+		b.StopTimer()
+		p.Finish(ctx, t, pipeline.Outcome{Status: 200, Body: resp})
+		b.StartTimer()
+	}
 }

@@ -367,33 +367,42 @@ func BenchmarkRecordsFromStore(b *testing.B) {
 }
 
 // A call's hold on its budget reaches the store without a write of its own
-// (it rides on the next commit, store.Store.Later) and still survives a
-// crash once a millisecond has passed: the restarted gateway keeps it held
-// until its lease ends.
-func TestInFlightHoldSurvivesACrash(t *testing.T) {
+// (it rides on the next commit, store.Store.Later), and a run's first call
+// goes to the provider before the new run is written (its Finish writes
+// it, or SaveUnsaved past a millisecond); both survive a crash once a
+// millisecond has passed: the restarted gateway has the new run and keeps
+// both calls' holds until their leases end.
+func TestInFlightCallsSurviveACrash(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	clock := time.Unix(1_800_000_000, 0)
 	now := func() time.Time { return clock }
 	p, st := boltPipeline(t, dir, now)
-	const run = "r-in-flight"
-	call := func(k int) *pipeline.Call {
+	call := func(run string, k int) *pipeline.Call {
 		return &pipeline.Call{Body: agentStep(run, k), RunID: run, RunBudget: "max_cost_usd=1"}
 	}
-	if turn := step(p, call(0), string(agentAnswer(run, 0, 4))); turn.Answer != nil {
+	const older, fresh = "r-second-call", "r-first-call"
+	if turn := step(p, call(older, 0), string(agentAnswer(older, 0, 4))); turn.Answer != nil {
 		t.Fatalf("refused: %s", turn.Answer.Body)
 	}
-	if turn := p.Begin(context.Background(), call(1), openai.Chat{}); turn.Answer != nil {
-		t.Fatalf("refused: %s", turn.Answer.Body)
+	// No Finish: both calls are in flight when the process dies.
+	for _, c := range []*pipeline.Call{call(older, 1), call(fresh, 0)} {
+		if turn := p.Begin(context.Background(), c, openai.Chat{}); turn.Answer != nil {
+			t.Fatalf("refused: %s", turn.Answer.Body)
+		}
 	}
-	// No Finish: the call is in flight when the process dies.
 	deadline := time.Now().Add(5 * time.Second)
-	for n := 0; n == 0; {
+	for {
+		n := 0
+		st.Scan(store.Reservations, func(_, _ []byte) error { n++; return nil })
+		v, _ := st.Get(store.Runs, []byte(fresh))
+		if n == 2 && v != nil {
+			break
+		}
 		if time.Now().After(deadline) {
-			t.Fatal("the hold never reached the store")
+			t.Fatalf("after 5 s the store holds %d holds and the new run: %v", n, v != nil)
 		}
 		time.Sleep(time.Millisecond)
-		st.Scan(store.Reservations, func(_, _ []byte) error { n++; return nil })
 	}
 	crashed := filepath.Join(t.TempDir(), "data")
 	if err := os.CopyFS(crashed, os.DirFS(dir)); err != nil {
@@ -403,8 +412,11 @@ func TestInFlightHoldSurvivesACrash(t *testing.T) {
 	if _, err := p2.Restore(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	if p2.Runs().Get(fresh) == nil {
+		t.Fatal("the run whose first call was in flight did not come back")
+	}
 	clock = clock.Add(24 * time.Hour)
-	if n := p2.SweepLeases(); n != 1 {
-		t.Fatalf("after the crash, %d holds were left to expire, want the call's 1", n)
+	if n := p2.SweepLeases(); n != 2 {
+		t.Fatalf("after the crash, %d holds were left to expire, want the two calls'", n)
 	}
 }
