@@ -1,13 +1,13 @@
 package anthropic
 
 import (
-	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/tidwall/gjson"
 
 	"github.com/haltline/haltline/wire"
+	"github.com/haltline/haltline/wire/wiretest"
 )
 
 // parseResponseGJSON is the reader ParseResponse replaced, kept as its
@@ -143,22 +143,7 @@ func TestParseResponseMatchesGJSON(t *testing.T) {
 		bodies = append(bodies, string(fixture(t, f)))
 	}
 	for _, b := range bodies {
-		sameAsGJSON(t, []byte(b))
-	}
-}
-
-func sameAsGJSON(t *testing.T, body []byte) {
-	t.Helper()
-	got, err := Messages{}.ParseResponse(body)
-	want, werr := parseResponseGJSON(body)
-	if (err == nil) != (werr == nil) {
-		t.Fatalf("%q: error %v, reference %v", body, err, werr)
-	}
-	if err != nil {
-		return
-	}
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("%q:\n got %+v\nwant %+v", body, got, want)
+		wiretest.SameAsReference(t, []byte(b), Messages{}.ParseResponse, parseResponseGJSON)
 	}
 }
 
@@ -169,5 +154,7 @@ func FuzzParseResponseMatchesGJSON(f *testing.F) {
 	for _, s := range oddResponses {
 		f.Add([]byte(s))
 	}
-	f.Fuzz(func(t *testing.T, body []byte) { sameAsGJSON(t, body) })
+	f.Fuzz(func(t *testing.T, body []byte) {
+		wiretest.SameAsReference(t, body, Messages{}.ParseResponse, parseResponseGJSON)
+	})
 }

@@ -2,11 +2,11 @@ package openai
 
 import (
 	"bytes"
-	"reflect"
 	"testing"
 
 	"github.com/haltline/haltline/wire"
 	"github.com/haltline/haltline/wire/jsonscan"
+	"github.com/haltline/haltline/wire/wiretest"
 )
 
 // parseResponseByLevels is the chat completion reader ParseResponse
@@ -110,16 +110,7 @@ func TestParseResponseMatchesByLevels(t *testing.T) {
 		bodies = append(bodies, string(fixture(t, name)))
 	}
 	for _, b := range bodies {
-		checkParseResponseMatches(t, []byte(b))
-	}
-}
-
-func checkParseResponseMatches(t *testing.T, body []byte) {
-	t.Helper()
-	got, gotErr := Chat{}.ParseResponse(body)
-	want, wantErr := parseResponseByLevels(body)
-	if (gotErr == nil) != (wantErr == nil) || !reflect.DeepEqual(got, want) {
-		t.Fatalf("body %q:\n got %+v, %v\nwant %+v, %v", body, got, gotErr, want, wantErr)
+		wiretest.SameAsReference(t, []byte(b), Chat{}.ParseResponse, parseResponseByLevels)
 	}
 }
 
@@ -127,6 +118,6 @@ func FuzzParseResponseMatchesByLevels(f *testing.F) {
 	seedFiles(f, ".json")
 	f.Add([]byte(`{"choices":[{"message":{"content":null,"tool_calls":[{"id":"a","function":{"name":"f","arguments":"{}"}}]},"finish_reason":"tool_calls"}]}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
-		checkParseResponseMatches(t, bytes.Clone(body))
+		wiretest.SameAsReference(t, bytes.Clone(body), Chat{}.ParseResponse, parseResponseByLevels)
 	})
 }
