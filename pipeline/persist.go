@@ -156,15 +156,18 @@ func (p *Pipeline) persist(r *runstate.Run) <-chan error {
 }
 
 // saveSoonWait bounds how long a new run whose first call went out stays
-// unwritten when that call has not ended: the window in which a crash of
-// the process can lose it.
-const saveSoonWait = time.Millisecond
+// unwritten when that call has not ended (then it goes to the store's next
+// commit, store.Store.Later): with the store's own wait, the window in
+// which a crash of the process can lose it. Long enough for a loaded
+// gateway's calls to a fast provider (a few ms) to end first: one that
+// fires encodes the run a second time, at its call's end.
+const saveSoonWait = 10 * time.Millisecond
 
 // saveSoon leaves a new run unwritten while its first call is with the
-// provider: that call's Finish writes it whole, most often well within
-// saveSoonWait, and writing it here as well encoded its snapshot twice on
-// the way to the provider (a stream's time to first byte). Past
-// saveSoonWait, SaveUnsaved writes it. The caller holds r.Mu.
+// provider: that call's Finish writes it whole, most often within
+// saveSoonWait, and writing it here as well encoded its snapshot twice, the
+// first time on the way to the provider (a stream's time to first byte).
+// Past saveSoonWait, SaveUnsaved writes it. The caller holds r.Mu.
 func (p *Pipeline) saveSoon(r *runstate.Run) {
 	g := govOf(r)
 	p.reportTransitions(r, g)
@@ -192,7 +195,10 @@ func (p *Pipeline) SaveUnsaved() {
 	for _, r := range runs {
 		r.Mu.Lock()
 		if g := govOf(r); g != nil && g.unsaved {
-			p.persist(r) // committed here, in this goroutine, or queued
+			if ops := p.persistOps(r); ops != nil {
+				// With the next commit: one a run was a write(2) each.
+				p.opts.Store.Later(ops)
+			}
 		}
 		r.Mu.Unlock()
 	}
