@@ -3,8 +3,8 @@ package pipeline_test
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"

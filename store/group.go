@@ -30,10 +30,10 @@ type GroupCommitter struct {
 	done   chan struct{}
 
 	inline   bool
-	commitMu sync.Mutex   // held during a commit, by the writer or an inline Apply
-	queued   atomic.Int64 // batches sent to the writer and not yet committed
-	commits  atomic.Uint64
-	one      [2][]Op      // an inline commit's batches, under commitMu
+	commitMu sync.Mutex    // held during a commit, by the writer or an inline Apply
+	queued   atomic.Int64  // batches sent to the writer and not yet committed
+	commits  atomic.Uint64 // commits made, for Commits
+	one      [2][]Op       // an inline commit's batches, under commitMu
 
 	// laterMu orders the taking of the Later ops with the Apply that takes
 	// them: an Apply takes them and is queued (or commits inline) before
