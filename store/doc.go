@@ -18,4 +18,7 @@
 // log's writes through an in-memory overlay. Opening the store replays the
 // segments a previous process left, so a crash between a commit and its
 // checkpoint loses nothing; a record torn by a power loss is dropped whole.
+// A write nobody waits for (Later) joins the head of the next commit, or
+// is committed on its own within a millisecond: until then it is only in
+// memory.
 package store
