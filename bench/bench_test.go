@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -159,5 +161,49 @@ func TestOnlySelectsPhases(t *testing.T) {
 		if !all.runs(ph) {
 			t.Errorf("without -only, %s does not run", ph)
 		}
+	}
+}
+
+// interleave gives every target its turns, rotating the order so that no
+// target always follows the same one, and stops at the first error.
+func TestInterleave(t *testing.T) {
+	var got []string
+	err := interleave(t.Context(), 3, 3, func(i, s int) error {
+		got = append(got, fmt.Sprintf("%d/%d", s, i))
+		return nil
+	})
+	want := []string{"0/0", "0/1", "0/2", "1/1", "1/2", "1/0", "2/2", "2/0", "2/1"}
+	if err != nil || !slices.Equal(got, want) {
+		t.Errorf("turns %v (%v), want %v", got, err, want)
+	}
+	calls := 0
+	boom := errors.New("boom")
+	if err := interleave(t.Context(), 3, 2, func(i, s int) error { calls++; return boom }); err != boom || calls != 1 {
+		t.Errorf("after an error: %v, %d calls", err, calls)
+	}
+}
+
+// A phase measured in turns is read as one: its percentiles, request
+// counts and CPU per request are those of all its samples together.
+func TestPhaseAccMergesTurns(t *testing.T) {
+	var a phaseAcc
+	add := func(lat []time.Duration, cpu time.Duration) {
+		a.lat = append(a.lat, lat...)
+		a.requests += len(lat)
+		a.elapsed += time.Second
+		a.proxyCPU += cpu
+	}
+	ms := func(v ...int) []time.Duration {
+		var d []time.Duration
+		for _, x := range v {
+			d = append(d, time.Duration(x)*time.Millisecond)
+		}
+		return d
+	}
+	add(ms(1, 1, 1, 1, 1), 5*time.Millisecond)     // a quiet turn
+	add(ms(9, 9, 9, 9, 9, 9), 60*time.Millisecond) // a slow one
+	r := a.result(&target{proxy: &proc{}})
+	if r.Requests != 11 || r.P50us != 9000 || r.MaxUs != 9000 || r.Throughput != 5.5 || r.ProxyCPUus != 65000.0/11 {
+		t.Errorf("merged %+v", r)
 	}
 }

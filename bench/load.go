@@ -19,6 +19,7 @@ import (
 type target struct {
 	name  string
 	url   string
+	tag   string // makes the run ids of its workloads its own
 	mock  *proc
 	proxy *proc // nil for direct
 }
@@ -91,6 +92,29 @@ func snapCPU(t *target) cpuSnap {
 // attack runs the workload against t: at rate req/s (open loop, vegeta's
 // constant pacer) or, with rate 0, closed loop with conc workers.
 func attack(ctx context.Context, c *http.Client, t *target, w *workload, rate, conc int, dur time.Duration) (phaseResult, error) {
+	var acc phaseAcc
+	err := acc.attack(ctx, c, t, w, rate, conc, dur)
+	return acc.result(t), err
+}
+
+// phaseAcc gathers one phase's samples for one target over the slices it
+// was measured in (see interleave); result computes its figures from all
+// of them at once, so a phase cut into slices is read as one.
+type phaseAcc struct {
+	lat, own    []time.Duration
+	states      map[string]int
+	requests    int
+	errors      int
+	errSample   []string
+	unforwarded int64
+	elapsed     time.Duration
+	mockCPU     time.Duration
+	proxyCPU    time.Duration
+}
+
+// attack runs one slice of the phase (see the function attack) and adds
+// its samples.
+func (a *phaseAcc) attack(ctx context.Context, c *http.Client, t *target, w *workload, rate, conc int, dur time.Duration) error {
 	opts := []func(*vegeta.Attacker){vegeta.Client(c), vegeta.KeepAlive(true), vegeta.HTTP2(false), vegeta.Timeout(30 * time.Second)}
 	pace := vegeta.Rate{Freq: rate, Per: time.Second}
 	if rate == 0 {
@@ -100,63 +124,75 @@ func attack(ctx context.Context, c *http.Client, t *target, w *workload, rate, c
 	atk := vegeta.NewAttacker(opts...)
 	served0, err := servedCount(ctx, c, t.mock.addrURL())
 	if err != nil {
-		return phaseResult{}, fmt.Errorf("mock count: %w", err)
+		return fmt.Errorf("mock count: %w", err)
 	}
+	if a.states == nil {
+		a.states = map[string]int{}
+	}
+	a.lat = slices.Grow(a.lat, max(rate, 1000)*int(dur/time.Second+1))
 	cpu0 := snapCPU(t)
 	start := time.Now()
-	lat := make([]time.Duration, 0, max(rate, 1000)*int(dur/time.Second+1))
-	var r phaseResult
-	states := map[string]int{}
-	var own []time.Duration
+	requests, errs := 0, 0
 	stop := context.AfterFunc(ctx, func() { atk.Stop() })
 	defer stop()
 	for res := range atk.Attack(targeter(t.url, w), pace, dur, t.name) {
-		r.Requests++
+		requests++
 		if res.Error != "" || res.Code != http.StatusOK {
-			r.Errors++
-			if len(r.ErrorSample) < 5 {
+			errs++
+			if len(a.errSample) < 5 {
 				msg := res.Error
 				if len(res.Body) > 0 {
 					msg += ": " + string(res.Body[:min(len(res.Body), 300)])
 				}
-				r.ErrorSample = append(r.ErrorSample, msg)
+				a.errSample = append(a.errSample, msg)
 			}
 			continue
 		}
-		lat = append(lat, res.Latency)
+		a.lat = append(a.lat, res.Latency)
 		if s := res.Headers.Get("X-Run-State"); s != "" {
-			states[s]++
+			a.states[s]++
 		}
 		if ms, err := strconv.ParseFloat(res.Headers.Get(overheadHeader), 64); err == nil {
-			own = append(own, time.Duration(ms*float64(time.Millisecond)))
+			a.own = append(a.own, time.Duration(ms*float64(time.Millisecond)))
 		}
 	}
-	elapsed := time.Since(start)
+	a.elapsed += time.Since(start)
 	cpu1 := snapCPU(t)
+	a.requests += requests
+	a.errors += errs
+	a.mockCPU += cpu1.mock - cpu0.mock
+	a.proxyCPU += cpu1.proxy - cpu0.proxy
 	if err := ctx.Err(); err != nil {
-		return r, err
+		return err
 	}
 	served1, err := servedCount(ctx, c, t.mock.addrURL())
 	if err != nil {
-		return r, fmt.Errorf("mock count: %w", err)
+		return fmt.Errorf("mock count: %w", err)
 	}
-	r.Unforwarded = int64(r.Requests-r.Errors) - (served1 - served0)
-	r.Seconds = elapsed.Seconds()
-	r.Throughput = float64(len(lat)) / elapsed.Seconds()
-	r.P50us, r.P90us, r.P99us, r.MaxUs = percentiles(lat)
-	if len(own) > 0 {
-		r.OwnP50us, _, r.OwnP99us, _ = percentiles(own)
+	a.unforwarded += int64(requests-errs) - (served1 - served0)
+	return nil
+}
+
+// result is the phase's figures over every slice added.
+func (a *phaseAcc) result(t *target) phaseResult {
+	r := phaseResult{Requests: a.requests, Errors: a.errors, ErrorSample: a.errSample, Unforwarded: a.unforwarded, Seconds: a.elapsed.Seconds()}
+	if a.elapsed > 0 {
+		r.Throughput = float64(len(a.lat)) / a.elapsed.Seconds()
 	}
-	if n := float64(r.Requests); n > 0 {
-		r.MockCPUus = float64((cpu1.mock - cpu0.mock).Microseconds()) / n
+	r.P50us, r.P90us, r.P99us, r.MaxUs = percentiles(a.lat)
+	if len(a.own) > 0 {
+		r.OwnP50us, _, r.OwnP99us, _ = percentiles(a.own)
+	}
+	if n := float64(a.requests); n > 0 {
+		r.MockCPUus = float64(a.mockCPU.Microseconds()) / n
 		if t.proxy != nil {
-			r.ProxyCPUus = float64((cpu1.proxy - cpu0.proxy).Microseconds()) / n
+			r.ProxyCPUus = float64(a.proxyCPU.Microseconds()) / n
 		}
 	}
-	if len(states) > 0 {
-		r.RunStates = states
+	if len(a.states) > 0 {
+		r.RunStates = a.states
 	}
-	return r, nil
+	return r
 }
 
 func (s *proc) addrURL() string { return "http://" + s.addr }
@@ -240,8 +276,22 @@ type streamResult struct {
 // streams measures n streamed calls: time to the first byte of the body (the
 // first event) and to its end.
 func streams(ctx context.Context, c *http.Client, t *target, w *workload, n int) (streamResult, error) {
-	var r streamResult
-	var ttfb, total []time.Duration
+	var acc streamAcc
+	err := acc.streams(ctx, c, t, w, n)
+	return acc.result(), err
+}
+
+// streamAcc gathers the streamed calls of one target over its slices, as
+// phaseAcc does for the fixed-rate phases.
+type streamAcc struct {
+	ttfb, total []time.Duration
+	requests    int
+	errors      int
+	errSample   []string
+}
+
+// streams measures n more streamed calls, one at a time.
+func (a *streamAcc) streams(ctx context.Context, c *http.Client, t *target, w *workload, n int) error {
 	end := []byte("data: [DONE]")
 	if w.api == apiAnthropic {
 		end = []byte(`"type":"message_stop"`)
@@ -249,23 +299,28 @@ func streams(ctx context.Context, c *http.Client, t *target, w *workload, n int)
 	buf := make([]byte, 32<<10)
 	for i := 0; i < n; i++ {
 		if err := ctx.Err(); err != nil {
-			return r, err
+			return err
 		}
-		r.Requests++
+		a.requests++
 		first, all, err := oneStream(ctx, c, t.url, w, buf, end)
 		if err != nil {
-			r.Errors++
-			if len(r.ErrorSample) < 5 {
-				r.ErrorSample = append(r.ErrorSample, err.Error())
+			a.errors++
+			if len(a.errSample) < 5 {
+				a.errSample = append(a.errSample, err.Error())
 			}
 			continue
 		}
-		ttfb = append(ttfb, first)
-		total = append(total, all)
+		a.ttfb = append(a.ttfb, first)
+		a.total = append(a.total, all)
 	}
-	r.TTFBp50us, _, r.TTFBp99us, _ = percentiles(ttfb)
-	r.TotalP50us, _, r.TotalP99us, _ = percentiles(total)
-	return r, nil
+	return nil
+}
+
+func (a *streamAcc) result() streamResult {
+	r := streamResult{Requests: a.requests, Errors: a.errors, ErrorSample: a.errSample}
+	r.TTFBp50us, _, r.TTFBp99us, _ = percentiles(a.ttfb)
+	r.TotalP50us, _, r.TotalP99us, _ = percentiles(a.total)
+	return r
 }
 
 func oneStream(ctx context.Context, c *http.Client, base string, w *workload, buf, end []byte) (first, all time.Duration, err error) {

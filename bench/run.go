@@ -149,37 +149,48 @@ func runRound(ctx context.Context, o options, pl *placement, dir, bin string, ng
 			return startGateway(ctx, pl, rdir, g.name, bin, mock.addrURL(), strings.Fields(g.args))
 		}})
 	}
+	// Every target is up for the whole round, idle but for its own turns:
+	// the phases interleave them (see interleave).
+	var targets []*target
+	defer func() {
+		for _, t := range targets {
+			if t.proxy != nil {
+				t.proxy.stop()
+			}
+		}
+	}()
 	for _, st := range starters {
-		rd.TargetOrder = append(rd.TargetOrder, st.name)
 		p, err := st.start()
 		if err != nil {
 			return rd, err
 		}
-		t := &target{name: st.name, mock: mock, proxy: p, url: mock.addrURL()}
+		t := &target{name: st.name, mock: mock, proxy: p, url: mock.addrURL(), tag: fmt.Sprintf("r%d%s", idx, st.name)}
 		if p != nil {
 			t.url = p.addrURL()
 			rd.Placement = append(rd.Placement, placementLine(st.name, p.pid()))
 		}
-		res, err := measureTarget(ctx, o, client, t, fmt.Sprintf("r%d%s", idx, st.name), out)
-		if p != nil {
-			res.PeakRSSKB = peakRSS(p.pid())
-			if done, perr := p.exited(); done {
-				res.Crashed = fmt.Sprintf("exited during the round: %v\n%s", perr, p.tail(30))
-			}
-			p.stop()
-			res.LogErrors = countErrorLines(p.log)
-			if res.failed() {
-				res.LogTail = p.tail(20)
-			}
+		targets = append(targets, t)
+		rd.TargetOrder = append(rd.TargetOrder, st.name)
+		rd.Targets[st.name] = &targetResult{Phases: map[string]phaseResult{}, Streams: map[string]streamResult{}}
+	}
+	err = measureRound(ctx, o, client, targets, rd, out)
+	for _, t := range targets {
+		if t.proxy == nil {
+			continue
 		}
-		rd.Targets[st.name] = res
-		client.CloseIdleConnections() // the next target starts from no connection
-		if err != nil {
-			return rd, fmt.Errorf("%s: %w", st.name, err)
+		res := rd.Targets[t.name]
+		res.PeakRSSKB = peakRSS(t.proxy.pid())
+		if done, perr := t.proxy.exited(); done {
+			res.Crashed = fmt.Sprintf("exited during the round: %v\n%s", perr, t.proxy.tail(30))
+		}
+		t.proxy.stop()
+		res.LogErrors = countErrorLines(t.proxy.log)
+		if res.failed() {
+			res.LogTail = t.proxy.tail(20)
 		}
 	}
 	rd.MockRSSKB = peakRSS(mock.pid())
-	return rd, nil
+	return rd, err
 }
 
 func placementLine(name string, pid int) string {
@@ -196,19 +207,40 @@ func countErrorLines(path string) int {
 	return strings.Count(string(b), `"level":"ERROR"`) + strings.Count(string(b), "level=ERROR") + nginxErrorLines(b)
 }
 
-// measureTarget runs every phase against one target.
-func measureTarget(ctx context.Context, o options, c *http.Client, t *target, tag string, out io.Writer) (*targetResult, error) {
-	res := &targetResult{Phases: map[string]phaseResult{}, Streams: map[string]streamResult{}}
-	wl := func(api string, size int, stream bool, name string) *workload {
-		return &workload{api: api, size: size, steps: o.steps, slots: o.slots, stream: stream, tag: tag + "-" + name}
+// interleave runs one phase on n targets in slices turns each, the
+// targets' order rotating from one turn to the next: turn(i, s) is target
+// i's turn in slice s. A slow minute of a shared machine
+// then falls on every target's samples alike, where a phase run whole on
+// one target after another put minutes between the floor's figure and
+// the gateway's it is divided by.
+func interleave(ctx context.Context, n, slices int, turn func(i, part int) error) error {
+	for s := range slices {
+		for k := range n {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if err := turn((k+s)%n, s); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// measureRound runs every phase on every target, interleaved.
+func measureRound(ctx context.Context, o options, c *http.Client, targets []*target, rd *round, out io.Writer) error {
+	wl := func(t *target, api string, size int, stream bool, name string) *workload {
+		return &workload{api: api, size: size, steps: o.steps, slots: o.slots, stream: stream, tag: t.tag + "-" + name}
 	}
 	// Warm-up: connections, the proxies' pools and heaps, both APIs.
-	if _, err := attack(ctx, c, t, wl(apiOpenAI, size2KB, false, "warm"), 500, 0, o.warmup); err != nil {
-		return res, err
-	}
-	if o.anthropic {
-		if _, err := attack(ctx, c, t, wl(apiAnthropic, size2KB, false, "warma"), 500, 0, o.warmup/2); err != nil {
-			return res, err
+	for _, t := range targets {
+		if _, err := attack(ctx, c, t, wl(t, apiOpenAI, size2KB, false, "warm"), 500, 0, o.warmup); err != nil {
+			return fmt.Errorf("%s: %w", t.name, err)
+		}
+		if o.anthropic {
+			if _, err := attack(ctx, c, t, wl(t, apiAnthropic, size2KB, false, "warma"), 500, 0, o.warmup/2); err != nil {
+				return fmt.Errorf("%s: %w", t.name, err)
+			}
 		}
 	}
 	phases := []struct {
@@ -233,14 +265,28 @@ func measureTarget(ctx context.Context, o options, c *http.Client, t *target, ta
 		if !o.runs(ph.name) {
 			continue
 		}
-		r, err := attack(ctx, c, t, wl(ph.api, ph.size, false, ph.name), ph.rate, 0, o.duration)
-		if err != nil {
-			return res, err
+		accs := make([]phaseAcc, len(targets))
+		wls := make([]*workload, len(targets))
+		for i, t := range targets {
+			wls[i] = wl(t, ph.api, ph.size, false, ph.name) // one per target: its runs go on across turns
 		}
-		res.Phases[ph.name] = r
-		fmt.Fprintf(out, "  %-9s %-22s %6d req  %3d err  p50 %7.0f µs  p99 %7.0f µs  proxy CPU %5.1f µs/req%s\n",
-			t.name, ph.name, r.Requests, r.Errors, r.P50us, r.P99us, r.ProxyCPUus, errNote(r.ErrorSample))
-		quiesce(ctx, t)
+		err := interleave(ctx, len(targets), o.slices, func(i, _ int) error {
+			t := targets[i]
+			if err := accs[i].attack(ctx, c, t, wls[i], ph.rate, 0, o.duration/time.Duration(o.slices)); err != nil {
+				return fmt.Errorf("%s: %w", t.name, err)
+			}
+			quiesce(ctx, t)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for i, t := range targets {
+			r := accs[i].result(t)
+			rd.Targets[t.name].Phases[ph.name] = r
+			fmt.Fprintf(out, "  %-9s %-22s %6d req  %3d err  p50 %7.0f µs  p99 %7.0f µs  proxy CPU %5.1f µs/req%s\n",
+				t.name, ph.name, r.Requests, r.Errors, r.P50us, r.P99us, r.ProxyCPUus, errNote(r.ErrorSample))
+		}
 	}
 	apis := []string{apiOpenAI}
 	if o.anthropic {
@@ -250,25 +296,42 @@ func measureTarget(ctx context.Context, o options, c *http.Client, t *target, ta
 		if !o.runs("stream_" + api) {
 			continue
 		}
-		r, err := streams(ctx, c, t, wl(api, size2KB, true, "stream-"+api), o.streams)
-		if err != nil {
-			return res, err
+		accs := make([]streamAcc, len(targets))
+		wls := make([]*workload, len(targets))
+		for i, t := range targets {
+			wls[i] = wl(t, api, size2KB, true, "stream-"+api)
 		}
-		res.Streams[api] = r
-		fmt.Fprintf(out, "  %-9s %-22s %6d req  %3d err  TTFB p50 %6.0f µs  total p50 %7.0f µs%s\n",
-			t.name, "stream_"+api+"_"+strconv.Itoa(o.chunks), r.Requests, r.Errors, r.TTFBp50us, r.TotalP50us, errNote(r.ErrorSample))
+		err := interleave(ctx, len(targets), o.slices, func(i, s int) error {
+			// The o.streams calls shared out over the turns.
+			n := o.streams*(s+1)/o.slices - o.streams*s/o.slices
+			return accs[i].streams(ctx, c, targets[i], wls[i], n)
+		})
+		if err != nil {
+			return err
+		}
+		for i, t := range targets {
+			r := accs[i].result()
+			rd.Targets[t.name].Streams[api] = r
+			fmt.Fprintf(out, "  %-9s %-22s %6d req  %3d err  TTFB p50 %6.0f µs  total p50 %7.0f µs%s\n",
+				t.name, "stream_"+api+"_"+strconv.Itoa(o.chunks), r.Requests, r.Errors, r.TTFBp50us, r.TotalP50us, errNote(r.ErrorSample))
+		}
 	}
 	if !o.runs(phaseSat) {
-		return res, nil
+		return nil
 	}
-	sat, err := saturate(ctx, c, t, func(name string) *workload { return wl(apiOpenAI, size2KB, false, name) }, o.satMax, o.satStep)
-	res.Saturation = sat
-	if err != nil {
-		return res, err
+	// The saturation search is not cut into turns (its levels depend on
+	// the last one's result), but the targets' searches follow each other.
+	for _, t := range targets {
+		sat, err := saturate(ctx, c, t, func(name string) *workload { return wl(t, apiOpenAI, size2KB, false, name) }, o.satMax, o.satStep)
+		rd.Targets[t.name].Saturation = sat
+		if err != nil {
+			return fmt.Errorf("%s: %w", t.name, err)
+		}
+		fmt.Fprintf(out, "  %-9s %-22s %6d req  %3d err  peak %7.0f req/s at %d workers, proxy CPU %5.1f µs/req, mock %5.1f µs/req%s\n",
+			t.name, "saturation", sat.Requests, sat.Errors, sat.PeakRPS, sat.PeakConc, sat.ProxyCPUus, sat.MockCPUus, errNote(sat.ErrorSample))
+		quiesce(ctx, t)
 	}
-	fmt.Fprintf(out, "  %-9s %-22s %6d req  %3d err  peak %7.0f req/s at %d workers, proxy CPU %5.1f µs/req, mock %5.1f µs/req%s\n",
-		t.name, "saturation", sat.Requests, sat.Errors, sat.PeakRPS, sat.PeakConc, sat.ProxyCPUus, sat.MockCPUus, errNote(sat.ErrorSample))
-	return res, nil
+	return nil
 }
 
 func errNote(sample []string) string {
