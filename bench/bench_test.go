@@ -183,15 +183,23 @@ func TestInterleave(t *testing.T) {
 	}
 }
 
-// A phase measured in turns is read as one: its percentiles, request
-// counts and CPU per request are those of all its samples together.
+// A phase measured in turns is read as one: its percentiles and request
+// counts are those of all its samples together, and the proxy's CPU per
+// request counts what it did between its turns too (a checkpoint that ran
+// while other targets had theirs).
 func TestPhaseAccMergesTurns(t *testing.T) {
 	var a phaseAcc
-	add := func(lat []time.Duration, cpu time.Duration) {
+	clock := time.Second // the proxy's CPU counter
+	turn := func(lat []time.Duration, cpu time.Duration) {
+		if a.turns == 0 {
+			a.proxyCPU0 = clock
+		}
+		clock += cpu
+		a.proxyCPU1 = clock
+		a.turns++
 		a.lat = append(a.lat, lat...)
 		a.requests += len(lat)
 		a.elapsed += time.Second
-		a.proxyCPU += cpu
 	}
 	ms := func(v ...int) []time.Duration {
 		var d []time.Duration
@@ -200,8 +208,9 @@ func TestPhaseAccMergesTurns(t *testing.T) {
 		}
 		return d
 	}
-	add(ms(1, 1, 1, 1, 1), 5*time.Millisecond)     // a quiet turn
-	add(ms(9, 9, 9, 9, 9, 9), 60*time.Millisecond) // a slow one
+	turn(ms(1, 1, 1, 1, 1), 5*time.Millisecond) // a quiet turn
+	clock += 10 * time.Millisecond              // background work in the others' turns
+	turn(ms(9, 9, 9, 9, 9, 9), 50*time.Millisecond)
 	r := a.result(&target{proxy: &proc{}})
 	if r.Requests != 11 || r.P50us != 9000 || r.MaxUs != 9000 || r.Throughput != 5.5 || r.ProxyCPUus != 65000.0/11 {
 		t.Errorf("merged %+v", r)

@@ -108,8 +108,12 @@ type phaseAcc struct {
 	errSample   []string
 	unforwarded int64
 	elapsed     time.Duration
-	mockCPU     time.Duration
-	proxyCPU    time.Duration
+	mockCPU     time.Duration // the mock's CPU in the target's turns (others share the mock)
+	// The proxy's CPU from its first turn's start to its last turn's end:
+	// its background work (the gateway's checkpoint) may run while other
+	// targets take their turns, and is its own.
+	proxyCPU0, proxyCPU1 time.Duration
+	turns                int
 }
 
 // attack runs one slice of the phase (see the function attack) and adds
@@ -161,7 +165,11 @@ func (a *phaseAcc) attack(ctx context.Context, c *http.Client, t *target, w *wor
 	a.requests += requests
 	a.errors += errs
 	a.mockCPU += cpu1.mock - cpu0.mock
-	a.proxyCPU += cpu1.proxy - cpu0.proxy
+	if a.turns == 0 {
+		a.proxyCPU0 = cpu0.proxy
+	}
+	a.proxyCPU1 = cpu1.proxy
+	a.turns++
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -186,7 +194,7 @@ func (a *phaseAcc) result(t *target) phaseResult {
 	if n := float64(a.requests); n > 0 {
 		r.MockCPUus = float64(a.mockCPU.Microseconds()) / n
 		if t.proxy != nil {
-			r.ProxyCPUus = float64(a.proxyCPU.Microseconds()) / n
+			r.ProxyCPUus = float64((a.proxyCPU1 - a.proxyCPU0).Microseconds()) / n
 		}
 	}
 	if len(a.states) > 0 {
