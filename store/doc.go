@@ -13,8 +13,9 @@
 // or restarted process loses nothing) and the log is fsynced on a period,
 // which bounds what a power loss can take; under SyncAlways it is
 // acknowledged after the log's fsync. A background checkpoint moves the
-// log into the bbolt file in one transaction (bbolt's own fsyncs, off the
-// call path) and deletes the segments it absorbed; until then reads see the
+// log into the bbolt file (bbolt's own fsyncs, off the call path) on a
+// period, or sooner once the log holds too many keys or bytes, and deletes
+// the segments it absorbed; until then reads see the
 // log's writes through an in-memory overlay. Opening the store replays the
 // segments a previous process left, so a crash between a commit and its
 // checkpoint loses nothing; a record torn by a power loss is dropped whole.

@@ -216,6 +216,38 @@ func TestSyncAlwaysAndCheckpointByCount(t *testing.T) {
 	}
 }
 
+// A log past CheckpointBytes is checkpointed before the period: a run of
+// large values cannot grow the log (and a restart's replay) without bound.
+func TestCheckpointByBytes(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s, err := OpenBoltWith(dir, BoltOptions{CheckpointEvery: time.Hour, CheckpointOps: 1 << 30, CheckpointBytes: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	big := strings.Repeat("x", 16<<10)
+	for i := range 8 { // 128 KiB of values: past the bound at the fourth
+		mustApply(t, s, put(Blobs, fmt.Sprint("b", i), big))
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s.ovMu.RLock()
+		n := s.active.ops
+		s.ovMu.RUnlock()
+		if n < 8 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no checkpoint: the overlay holds %d keys", n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := collect(t, s, Blobs, nil); len(got) != 8 {
+		t.Fatalf("%d blobs", len(got))
+	}
+}
+
 func FuzzReadRecords(f *testing.F) {
 	rec, _ := appendRecord(nil, [][]Op{{put(Runs, "a", "1"), del(Events, "b")}, {put(Blobs, "", "")}})
 	f.Add(rec)
