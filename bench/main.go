@@ -118,7 +118,7 @@ func parseOptions(args []string) (options, error) {
 	fs.BoolVar(&o.short, "short", false, "CI mode: one short round, a few seconds, no speed assertions")
 	fs.IntVar(&o.rounds, "rounds", 3, "rounds; figures are medians over rounds")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "length of each fixed-rate phase")
-	fs.IntVar(&o.slices, "slices", 4, "turns each target takes in a phase: the targets alternate, each phase's -duration and -streams shared out over the turns")
+	fs.IntVar(&o.slices, "slices", 2, "turns each target takes in a phase: the targets alternate, each phase's -duration and -streams shared out over the turns (a turn much shorter than the gateway's checkpoint period, 8 s, measures a burstier load than a sustained one)")
 	fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "warm-up at 500 req/s before each target's phases")
 	fs.DurationVar(&o.satStep, "sat-step", 2*time.Second, "length of each concurrency level of the saturation search")
 	fs.IntVar(&o.satMax, "sat-max", 256, "highest concurrency of the saturation search")
