@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -306,10 +307,27 @@ func (p *Pipeline) trackReservation(t *Turn, g *governance, h *accounting.Hold) 
 }
 
 // closeReservation forgets a settled or released reservation in the store.
+// A hold's key is written once, by trackReservation: while that write has
+// not left for the log (still queued with the run, or waiting in the
+// store's Later queue, as it does for a call that ends within a
+// millisecond or two), dropping it is all there is to do, and spares the
+// log, the overlay and the checkpoint a put and a delete of a key no
+// restart would ever see.
 func (p *Pipeline) closeReservation(t *Turn, g *governance) {
-	if t.resKey != nil {
-		g.queue(store.Op{Bucket: store.Reservations, Key: t.resKey})
+	if t.resKey == nil {
+		return
 	}
+	n := len(g.pending)
+	g.pending = slices.DeleteFunc(g.pending, func(op store.Op) bool {
+		return op.Bucket == store.Reservations && bytes.Equal(op.Key, t.resKey)
+	})
+	if len(g.pending) < n {
+		return
+	}
+	if p.opts.Store.CancelLater(store.Reservations, t.resKey) {
+		return
+	}
+	g.queue(store.Op{Bucket: store.Reservations, Key: t.resKey})
 }
 
 // wait blocks until a persist committed (bounded); a failure is logged,

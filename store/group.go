@@ -1,6 +1,8 @@
 package store
 
 import (
+	"bytes"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -95,6 +97,19 @@ func (g *GroupCommitter) Later(ops []Op) {
 		g.later = append(g.later, ops...)
 	}
 	g.laterMu.Unlock()
+}
+
+// CancelLater drops the Later ops writing key in bucket b that no commit
+// has taken yet, and reports whether it dropped any. A caller that knows
+// such an op was the key's only write (a key written once, like a call's
+// hold on its budget) may then leave out the delete that would follow it:
+// the key never reached the log.
+func (g *GroupCommitter) CancelLater(b Bucket, key []byte) bool {
+	g.laterMu.Lock()
+	defer g.laterMu.Unlock()
+	n := len(g.later)
+	g.later = slices.DeleteFunc(g.later, func(op Op) bool { return op.Bucket == b && bytes.Equal(op.Key, key) })
+	return len(g.later) < n
 }
 
 // takeLater hands the Later ops to the caller's commit; laterMu is held.

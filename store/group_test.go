@@ -188,6 +188,58 @@ func TestGroupCommitterLater(t *testing.T) {
 	}
 }
 
+// A Later op no commit has taken yet can be cancelled, and is then never
+// committed; one a commit took cannot.
+func TestGroupCommitterCancelLater(t *testing.T) {
+	var mu sync.Mutex
+	var commits [][]string
+	g := NewGroupCommitter(func(batches [][]Op) error {
+		mu.Lock()
+		defer mu.Unlock()
+		var keys []string
+		for _, ops := range batches {
+			for _, op := range ops {
+				keys = append(keys, string(op.Bucket)+"/"+string(op.Key))
+			}
+		}
+		commits = append(commits, keys)
+		return nil
+	}, true)
+	defer g.Close()
+	seen := func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return fmt.Sprint(commits)
+	}
+	hold := func() { // no flush by the timer: the ops wait for a commit
+		g.laterMu.Lock()
+		g.laterTimer.Stop()
+		g.laterMu.Unlock()
+	}
+	g.Later([]Op{{Bucket: Reservations, Key: []byte("a"), Value: []byte("1")}, {Bucket: Runs, Key: []byte("b")}})
+	hold()
+	if g.CancelLater(Runs, []byte("a")) {
+		t.Fatal("cancelled a key of another bucket")
+	}
+	if !g.CancelLater(Reservations, []byte("a")) {
+		t.Fatal("a queued Later op was not cancelled")
+	}
+	if g.CancelLater(Reservations, []byte("a")) {
+		t.Fatal("cancelled twice")
+	}
+	if err := <-g.Apply([]Op{{Bucket: Runs, Key: []byte("c")}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := seen(); got != "[[runs/b runs/c]]" {
+		t.Fatalf("commits %s, want b and c only", got)
+	}
+	g.Later([]Op{{Bucket: Reservations, Key: []byte("d")}})
+	waitFor(t, func() bool { return seen() == "[[runs/b runs/c] [reservations/d]]" })
+	if g.CancelLater(Reservations, []byte("d")) {
+		t.Fatal("cancelled an op a commit had taken")
+	}
+}
+
 // A goroutine's Later and Apply batches commit in the order it made them,
 // whichever commit takes them, under contention (run with -race).
 func TestGroupCommitterLaterKeepsOrder(t *testing.T) {

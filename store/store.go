@@ -41,6 +41,10 @@ type Store interface {
 	// next Apply's, in the same commit, or on their own within a
 	// millisecond — until then a crash of the process can lose them.
 	Later(ops []Op)
+	// CancelLater drops the Later ops writing key in bucket b that no
+	// commit has taken yet, and reports whether it dropped any (see
+	// GroupCommitter.CancelLater for when a following delete may go).
+	CancelLater(b Bucket, key []byte) bool
 	// Get returns one record, or nil when there is none.
 	Get(b Bucket, key []byte) ([]byte, error)
 	// Scan calls fn for every record of a bucket, in key order.
