@@ -53,7 +53,7 @@ type BoltOptions struct {
 	// sooner. A bbolt write costs about 10 µs of CPU per key (a dirty 4 KB
 	// page per random key): the longer the window, the more of a run's
 	// rewrites of the same keys collapse into one — the harness's workload
-	// at 1,000 calls/s spent 31–37 µs a call on checkpoints every 2 s, 12–16
+	// at 1,000 calls/s spent 28–37 µs a call on checkpoints every 2 s, 12–19
 	// every 8 s, and no less with longer windows. The two bounds, not the
 	// period, cap what a restart after a kill replays (the log: 32 MiB took
 	// ~0.3 s) and what the overlay holds in memory at high rates.
