@@ -192,19 +192,7 @@ func TestSyncAlwaysAndCheckpointByCount(t *testing.T) {
 	for i := range 30 {
 		mustApply(t, s, put(Runs, fmt.Sprint("r", i), "v"))
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		s.ovMu.RLock()
-		n := s.active.ops
-		s.ovMu.RUnlock()
-		if n < 10 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("overlay still holds %d ops", n)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitForCheckpoint(t, s, 10)
 	if got := collect(t, s, Runs, nil); len(got) != 30 {
 		t.Fatalf("%d runs", len(got))
 	}
@@ -213,6 +201,25 @@ func TestSyncAlwaysAndCheckpointByCount(t *testing.T) {
 	}
 	if seqs, _ := listSegments(dir); len(seqs) != 0 {
 		t.Fatalf("segments after close: %v", seqs)
+	}
+}
+
+// waitForCheckpoint waits (at most 10 s) until the active overlay holds
+// fewer than n keys: a checkpoint has taken them.
+func waitForCheckpoint(t *testing.T, s *Bolt, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s.ovMu.RLock()
+		keys := s.active.ops
+		s.ovMu.RUnlock()
+		if keys < n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no checkpoint: the overlay still holds %d keys", keys)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -230,19 +237,7 @@ func TestCheckpointByBytes(t *testing.T) {
 	for i := range 8 { // 128 KiB of values: past the bound at the fourth
 		mustApply(t, s, put(Blobs, fmt.Sprint("b", i), big))
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		s.ovMu.RLock()
-		n := s.active.ops
-		s.ovMu.RUnlock()
-		if n < 8 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no checkpoint: the overlay holds %d keys", n)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitForCheckpoint(t, s, 8)
 	if got := collect(t, s, Blobs, nil); len(got) != 8 {
 		t.Fatalf("%d blobs", len(got))
 	}
