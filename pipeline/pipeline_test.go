@@ -130,11 +130,16 @@ func persistedPipelineIn(b *testing.B, dir string, opts store.BoltOptions) (*pip
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { st.Close() })
+	return pipelineOver(b, st), st
+}
+
+// pipelineOver is a pipeline with the default policies over st.
+func pipelineOver(tb testing.TB, st store.Store) *pipeline.Pipeline {
 	pol, err := policy.New(context.Background(), policy.Options{})
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
-	return pipeline.New(pipeline.Options{Policy: pol, Store: st}), st
+	return pipeline.New(pipeline.Options{Policy: pol, Store: st})
 }
 
 // BenchmarkModelCallPersisted is BenchmarkModelCall with the embedded store:
@@ -291,11 +296,7 @@ func TestQuickCallsLeaveTheirHoldUnwritten(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := &reservationCounter{Bolt: st}
-	pol, err := policy.New(context.Background(), policy.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := pipeline.New(pipeline.Options{Policy: pol, Store: c})
+	p := pipelineOver(t, c)
 	ctx := context.Background()
 	const runs, steps = 4, 4
 	for k := range steps {
