@@ -97,9 +97,9 @@ func attack(ctx context.Context, c *http.Client, t *target, w *workload, rate, c
 	return acc.result(t), err
 }
 
-// phaseAcc gathers one phase's samples for one target over the slices it
+// phaseAcc gathers one phase's samples for one target over the turns it
 // was measured in (see interleave); result computes its figures from all
-// of them at once, so a phase cut into slices is read as one.
+// of them at once, so a phase cut into turns is read as one.
 type phaseAcc struct {
 	lat, own    []time.Duration
 	states      map[string]int
@@ -116,7 +116,7 @@ type phaseAcc struct {
 	turns                int
 }
 
-// attack runs one slice of the phase (see the function attack) and adds
+// attack runs one turn of the phase (see the function attack) and adds
 // its samples.
 func (a *phaseAcc) attack(ctx context.Context, c *http.Client, t *target, w *workload, rate, conc int, dur time.Duration) error {
 	opts := []func(*vegeta.Attacker){vegeta.Client(c), vegeta.KeepAlive(true), vegeta.HTTP2(false), vegeta.Timeout(30 * time.Second)}
@@ -181,7 +181,7 @@ func (a *phaseAcc) attack(ctx context.Context, c *http.Client, t *target, w *wor
 	return nil
 }
 
-// result is the phase's figures over every slice added.
+// result is the phase's figures over every turn added.
 func (a *phaseAcc) result(t *target) phaseResult {
 	r := phaseResult{Requests: a.requests, Errors: a.errors, ErrorSample: a.errSample, Unforwarded: a.unforwarded, Seconds: a.elapsed.Seconds()}
 	if a.elapsed > 0 {
@@ -289,7 +289,7 @@ func streams(ctx context.Context, c *http.Client, t *target, w *workload, n int)
 	return acc.result(), err
 }
 
-// streamAcc gathers the streamed calls of one target over its slices, as
+// streamAcc gathers the streamed calls of one target over its turns, as
 // phaseAcc does for the fixed-rate phases.
 type streamAcc struct {
 	ttfb, total []time.Duration

@@ -207,14 +207,14 @@ func countErrorLines(path string) int {
 	return strings.Count(string(b), `"level":"ERROR"`) + strings.Count(string(b), "level=ERROR") + nginxErrorLines(b)
 }
 
-// interleave runs one phase on n targets in slices turns each, the
-// targets' order rotating from one turn to the next: turn(i, s) is target
-// i's turn in slice s. A slow minute of a shared machine
-// then falls on every target's samples alike, where a phase run whole on
-// one target after another put minutes between the floor's figure and
-// the gateway's it is divided by.
-func interleave(ctx context.Context, n, slices int, turn func(i, part int) error) error {
-	for s := range slices {
+// interleave runs one phase on n targets in the given number of turns
+// each, the targets' order rotating from one round of turns to the next:
+// turn(i, s) is target i's turn in round s. A slow minute of a shared
+// machine then falls on every target's samples alike, where a phase run
+// whole on one target after another put minutes between the floor's
+// figure and the gateway's it is divided by.
+func interleave(ctx context.Context, n, turns int, turn func(i, s int) error) error {
+	for s := range turns {
 		for k := range n {
 			if err := ctx.Err(); err != nil {
 				return err
@@ -304,7 +304,10 @@ func measureRound(ctx context.Context, o options, c *http.Client, targets []*tar
 		err := interleave(ctx, len(targets), o.slices, func(i, s int) error {
 			// The o.streams calls shared out over the turns.
 			n := o.streams*(s+1)/o.slices - o.streams*s/o.slices
-			return accs[i].streams(ctx, c, targets[i], wls[i], n)
+			if err := accs[i].streams(ctx, c, targets[i], wls[i], n); err != nil {
+				return fmt.Errorf("%s: %w", targets[i].name, err)
+			}
+			return nil
 		})
 		if err != nil {
 			return err
