@@ -141,34 +141,39 @@ func (g *GroupCommitter) Apply(ops []Op) <-chan error {
 		return failed(ErrClosed)
 	}
 	if g.inline && g.queued.Load() == 0 && g.commitMu.TryLock() {
-		// Checked again under the locks: the writer may have taken a batch
-		// from the queue and not yet committed it, and an Apply holding
-		// laterMu may be queueing the Later ops.
-		g.laterMu.Lock()
-		if g.queued.Load() == 0 {
-			later := g.takeLater()
+		// Never wait for laterMu while holding commitMu: a queued Apply
+		// holds laterMu while its send waits for room in the queue, which
+		// the writer makes only once it has commitMu — with the queue
+		// full, that wait hung every writer (TestGroupCommitterKeepsApplyOrder
+		// did, once, in CI). An Apply that finds laterMu taken queues.
+		if g.laterMu.TryLock() {
+			// Checked again under the locks: the writer may have taken a
+			// batch from the queue and not yet committed it.
+			if g.queued.Load() == 0 {
+				later := g.takeLater()
+				g.laterMu.Unlock()
+				batches := g.one[:0]
+				if len(later) > 0 {
+					batches = append(batches, later)
+				}
+				if len(ops) > 0 {
+					batches = append(batches, ops)
+				}
+				var err error
+				if len(batches) > 0 {
+					err = g.commit(batches)
+					g.commits.Add(1)
+				}
+				g.one = [2][]Op{}
+				g.commitMu.Unlock()
+				g.setLastError(err)
+				if err != nil {
+					return failed(err)
+				}
+				return committed
+			}
 			g.laterMu.Unlock()
-			batches := g.one[:0]
-			if len(later) > 0 {
-				batches = append(batches, later)
-			}
-			if len(ops) > 0 {
-				batches = append(batches, ops)
-			}
-			var err error
-			if len(batches) > 0 {
-				err = g.commit(batches)
-				g.commits.Add(1)
-			}
-			g.one = [2][]Op{}
-			g.commitMu.Unlock()
-			g.setLastError(err)
-			if err != nil {
-				return failed(err)
-			}
-			return committed
 		}
-		g.laterMu.Unlock()
 		g.commitMu.Unlock()
 	}
 	res := make(chan error, 1)

@@ -124,6 +124,32 @@ func TestGroupCommitterKeepsApplyOrder(t *testing.T) {
 	}
 }
 
+// An Apply that tries the inline path never waits for laterMu while it
+// holds commitMu: a queued Apply holds laterMu while its send waits for
+// room in the queue, which the writer makes only with commitMu. With the
+// queue full the three waited for ever (TestGroupCommitterKeepsApplyOrder
+// hung once in CI that way); this reproduces the first two without
+// needing the race.
+func TestGroupCommitterInlineLeavesCommitMuWhileWaiting(t *testing.T) {
+	g := NewGroupCommitter(func([][]Op) error { return nil }, true)
+	defer g.Close()
+	g.laterMu.Lock() // as a queued Apply does while the queue is full
+	res := make(chan (<-chan error), 1)
+	go func() { res <- g.Apply([]Op{{Bucket: Runs, Key: []byte("a")}}) }()
+	time.Sleep(50 * time.Millisecond) // the Apply has tried the inline path
+	free := g.commitMu.TryLock()
+	if free {
+		g.commitMu.Unlock()
+	}
+	g.laterMu.Unlock()
+	if !free {
+		t.Error("an Apply waiting for laterMu holds commitMu: the writer cannot commit")
+	}
+	if err := <-<-res; err != nil {
+		t.Fatal(err)
+	}
+}
+
 // waitFor polls cond for up to five seconds.
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
