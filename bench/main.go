@@ -13,7 +13,7 @@
 //
 // Everything it starts listens on 127.0.0.1 and stops with it; every phase
 // is bounded in time. All targets are up for a whole round and take turns
-// within each phase (-slices), so that what a shared machine does in one
+// within each phase (-turns), so that what a shared machine does in one
 // minute weighs on every target's figures, not on one's.
 //
 //	go run ./bench -short                          # CI: a few seconds, no speed assertions
@@ -68,7 +68,7 @@ type options struct {
 	short       bool
 	rounds      int
 	duration    time.Duration
-	slices      int
+	turns       int
 	warmup      time.Duration
 	satStep     time.Duration
 	satMax      int
@@ -118,7 +118,7 @@ func parseOptions(args []string) (options, error) {
 	fs.BoolVar(&o.short, "short", false, "CI mode: one short round, a few seconds, no speed assertions")
 	fs.IntVar(&o.rounds, "rounds", 3, "rounds; figures are medians over rounds")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "length of each fixed-rate phase")
-	fs.IntVar(&o.slices, "slices", 2, "turns each target takes in a phase: the targets alternate, each phase's -duration and -streams shared out over the turns (a turn much shorter than the gateway's checkpoint period, 8 s, measures a burstier load than a sustained one)")
+	fs.IntVar(&o.turns, "turns", 2, "turns each target takes in a phase: the targets alternate, each phase's -duration and -streams shared out over the turns (a turn much shorter than the gateway's checkpoint period, 8 s, measures a burstier load than a sustained one)")
 	fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "warm-up at 500 req/s before each target's phases")
 	fs.DurationVar(&o.satStep, "sat-step", 2*time.Second, "length of each concurrency level of the saturation search")
 	fs.IntVar(&o.satMax, "sat-max", 256, "highest concurrency of the saturation search")
@@ -157,7 +157,6 @@ func parseOptions(args []string) (options, error) {
 			}
 		}
 		def("rounds", func() { o.rounds = 1 })
-		def("slices", func() { o.slices = 2 })
 		def("duration", func() { o.duration = 400 * time.Millisecond })
 		def("warmup", func() { o.warmup = 200 * time.Millisecond })
 		def("sat-step", func() { o.satStep = 300 * time.Millisecond })
@@ -166,8 +165,8 @@ func parseOptions(args []string) (options, error) {
 		def("slots", func() { o.slots = 128 })
 		def("timeout", func() { o.timeout = 2 * time.Minute })
 	}
-	if o.rounds < 1 || o.steps < 1 || o.slots < 1 || o.chunks < 1 || o.satMax < 1 || o.slices < 1 {
-		return o, fmt.Errorf("rounds, slices, steps, slots, chunks and sat-max must be positive")
+	if o.rounds < 1 || o.steps < 1 || o.slots < 1 || o.chunks < 1 || o.satMax < 1 || o.turns < 1 {
+		return o, fmt.Errorf("rounds, turns, steps, slots, chunks and sat-max must be positive")
 	}
 	for _, v := range o.variants {
 		// Targets are keyed by name in the results.

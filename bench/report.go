@@ -24,7 +24,7 @@ type meta struct {
 	Rounds    int     `json:"rounds"`
 	Short     bool    `json:"short"`
 	Duration  string  `json:"phase_duration"`
-	Slices    int     `json:"turns_per_phase"` // each target's turns in a phase, targets alternating
+	Turns     int     `json:"turns_per_phase"` // each target's turns in a phase, targets alternating
 	Steps     int     `json:"steps_per_run"`
 	Slots     int     `json:"concurrent_runs"`
 	Chunks    int     `json:"stream_chunks"`
@@ -96,7 +96,7 @@ func newReport(o options, pl placement, gateways []variant, nginx bool, nginxNot
 		Rounds:    o.rounds,
 		Short:     o.short,
 		Duration:  o.duration.String(),
-		Slices:    o.slices,
+		Turns:     o.turns,
 		Steps:     o.steps,
 		Slots:     o.slots,
 		Chunks:    o.chunks,
@@ -413,7 +413,7 @@ func (r *report) markdown(w io.Writer) {
 	fmt.Fprintf(w, "\n%s · %d × %s · %s · `%s` · medians of %d round(s) · %s\n\n",
 		m.Date, m.NProc, m.CPUModel, m.GoVersion, m.Command, m.Rounds, m.Note)
 	fmt.Fprintf(w, "Placement: %s.\n\n", m.Placement)
-	fmt.Fprintf(w, "Targets alternate within each phase: %d turns each, the order rotating; the saturation searches follow one another.\n\n", m.Slices)
+	fmt.Fprintf(w, "Targets alternate within each phase: %d turns each, the order rotating; the saturation searches follow one another.\n\n", m.Turns)
 	if r.nginx {
 		fmt.Fprintf(w, "Reference nginx: %s, one process, upstream keep-alive, responses unbuffered; a reference, not checked against the issue's targets.\n\n", m.Nginx)
 	} else {

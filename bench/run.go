@@ -270,9 +270,9 @@ func measureRound(ctx context.Context, o options, c *http.Client, targets []*tar
 		for i, t := range targets {
 			wls[i] = wl(t, ph.api, ph.size, false, ph.name) // one per target: its runs go on across turns
 		}
-		err := interleave(ctx, len(targets), o.slices, func(i, _ int) error {
+		err := interleave(ctx, len(targets), o.turns, func(i, _ int) error {
 			t := targets[i]
-			if err := accs[i].attack(ctx, c, t, wls[i], ph.rate, 0, o.duration/time.Duration(o.slices)); err != nil {
+			if err := accs[i].attack(ctx, c, t, wls[i], ph.rate, 0, o.duration/time.Duration(o.turns)); err != nil {
 				return fmt.Errorf("%s: %w", t.name, err)
 			}
 			quiesce(ctx, t)
@@ -301,9 +301,9 @@ func measureRound(ctx context.Context, o options, c *http.Client, targets []*tar
 		for i, t := range targets {
 			wls[i] = wl(t, api, size2KB, true, "stream-"+api)
 		}
-		err := interleave(ctx, len(targets), o.slices, func(i, s int) error {
+		err := interleave(ctx, len(targets), o.turns, func(i, s int) error {
 			// The o.streams calls shared out over the turns.
-			n := o.streams*(s+1)/o.slices - o.streams*s/o.slices
+			n := o.streams*(s+1)/o.turns - o.streams*s/o.turns
 			if err := accs[i].streams(ctx, c, targets[i], wls[i], n); err != nil {
 				return fmt.Errorf("%s: %w", targets[i].name, err)
 			}
