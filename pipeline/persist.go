@@ -318,9 +318,7 @@ func (p *Pipeline) closeReservation(t *Turn, g *governance) {
 		return
 	}
 	n := len(g.pending)
-	g.pending = slices.DeleteFunc(g.pending, func(op store.Op) bool {
-		return op.Bucket == store.Reservations && bytes.Equal(op.Key, t.resKey)
-	})
+	g.pending = slices.DeleteFunc(g.pending, func(op store.Op) bool { return op.Writes(store.Reservations, t.resKey) })
 	if len(g.pending) < n {
 		return
 	}

@@ -1,7 +1,6 @@
 package store
 
 import (
-	"bytes"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -108,7 +107,7 @@ func (g *GroupCommitter) CancelLater(b Bucket, key []byte) bool {
 	g.laterMu.Lock()
 	defer g.laterMu.Unlock()
 	n := len(g.later)
-	g.later = slices.DeleteFunc(g.later, func(op Op) bool { return op.Bucket == b && bytes.Equal(op.Key, key) })
+	g.later = slices.DeleteFunc(g.later, func(op Op) bool { return op.Writes(b, key) })
 	return len(g.later) < n
 }
 

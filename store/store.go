@@ -1,6 +1,9 @@
 package store
 
-import "errors"
+import (
+	"bytes"
+	"errors"
+)
 
 // Bucket names a kind of record.
 type Bucket string
@@ -27,6 +30,9 @@ type Op struct {
 	Key    []byte
 	Value  []byte
 }
+
+// Writes reports whether op writes (or deletes) key in bucket b.
+func (op Op) Writes(b Bucket, key []byte) bool { return op.Bucket == b && bytes.Equal(op.Key, key) }
 
 // Store persists batches of writes atomically and reads them back at start.
 type Store interface {
