@@ -1,8 +1,11 @@
 // Package proxy is the HTTP front end: the fasthttp data-plane server, the
 // model routes of DESIGN §2, credentials (virtual keys or pass-through),
 // upstream clients with deadline-bounded retries, SSE relay chunk by chunk,
-// body limits, and the detection of clients that hang up (fasthttp never
-// cancels a request on its own).
+// body limits, the detection of clients that hang up (fasthttp never
+// cancels a request on its own), and the sockets' reads and writes as raw
+// system calls (rawio.go: a nonblocking socket's never block, and the
+// runtime's accounting of a blocking one woke its monitor thread on every
+// busy spell).
 //
 // It must not decide anything about budgets, policy or run state: it turns
 // each request into pipeline.Begin / Turn.Feed / pipeline.Finish and writes

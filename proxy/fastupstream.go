@@ -53,7 +53,7 @@ func newHostClient(u *url.URL, maxConns int, maxResponse int64) *fasthttp.HostCl
 			if err != nil {
 				return nil, err
 			}
-			return &upstreamConn{Conn: c}, nil
+			return &upstreamConn{Conn: c, raw: newRawIO(c)}, nil
 		},
 		// Past this many connections to the provider, a call waits for one
 		// to come back (in order) instead of dialing: a burst of thousands
@@ -221,10 +221,26 @@ func deadFromStart(err error, wrote bool) bool {
 	return !wrote || err == io.EOF
 }
 
-// upstreamConn counts the calls a pooled connection carried.
+// upstreamConn counts the calls a pooled connection carried; its reads
+// and writes are raw system calls (rawIO) when it is a TCP connection.
 type upstreamConn struct {
 	net.Conn
+	raw  *rawIO
 	used bool
+}
+
+func (c *upstreamConn) Read(p []byte) (int, error) {
+	if c.raw != nil {
+		return c.raw.Read(p)
+	}
+	return c.Conn.Read(p)
+}
+
+func (c *upstreamConn) Write(p []byte) (int, error) {
+	if c.raw != nil {
+		return c.raw.Write(p)
+	}
+	return c.Conn.Write(p)
 }
 
 // markUsed marks conn as carrying a call and reports whether it carried one

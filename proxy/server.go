@@ -120,8 +120,9 @@ func (s *Server) fastFor(prov *config.Provider) *fastUpstream {
 	return s.fastOpenAI
 }
 
-// Serve accepts connections on ln until Shutdown.
-func (s *Server) Serve(ln net.Listener) error { return s.srv.Serve(ln) }
+// Serve accepts connections on ln until Shutdown; TCP connections read
+// and write with raw system calls (rawListener).
+func (s *Server) Serve(ln net.Listener) error { return s.srv.Serve(rawListener{ln}) }
 
 // Shutdown stops accepting and waits for calls in flight (streams included)
 // until ctx ends.
