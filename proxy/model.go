@@ -190,10 +190,12 @@ func (s *Server) relayBuffered(ctx *fasthttp.RequestCtx, t *pipeline.Turn, prov 
 	ctx.SetBody(body)
 }
 
-// streamBody is a streamed answer as fasthttp's server reads it: each Read
-// takes what the upstream sent, through the tap, in the server's own
-// goroutine, and the server writes and flushes it as one chunk.
-// (SetBodyStreamWriter would add a goroutine and a pipe to every stream.)
+// streamBody is a streamed answer as fasthttp's server reads it: each
+// piece takes what the upstream sent, through the tap, in the server's own
+// goroutine, and the server writes and flushes it as one chunk (WriteTo;
+// through Read, fasthttp's 4 KB copy buffer cut a burst into chunks of
+// 4 KB, two writes each). (SetBodyStreamWriter would add a goroutine and a
+// pipe to every stream.)
 // When the tap reads the stream's terminal event, the call is settled
 // before those bytes go out: the agent's next request must find the run
 // up to date. A read is cut (see cut) so that neither the settlement nor
@@ -234,6 +236,30 @@ func (b *streamBody) Read(p []byte) (int, error) {
 	n := copy(p, b.pending)
 	b.pending = b.pending[n:]
 	return n, nil
+}
+
+// SupportsBodyWriteTo tells fasthttp's server to frame each Write of
+// WriteTo as a chunk (fasthttp.BodyWriterTo).
+func (b *streamBody) SupportsBodyWriteTo() bool { return true }
+
+// WriteTo writes each piece Read would return, whole, to w; w flushes
+// each as a chunk.
+func (b *streamBody) WriteTo(w io.Writer) (int64, error) {
+	var total int64
+	for {
+		for len(b.pending) == 0 {
+			if b.ended {
+				return total, nil
+			}
+			b.pending = b.feed()
+		}
+		n, err := w.Write(b.pending)
+		total += int64(n)
+		b.pending = b.pending[n:]
+		if err != nil {
+			return total, err
+		}
+	}
 }
 
 // feed reads the upstream once (or takes the terminal event held from the

@@ -1,11 +1,19 @@
 package proxy
 
 import (
+	"bufio"
 	"bytes"
+	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/valyala/fasthttp"
 
 	"github.com/haltline/haltline/pipeline"
 	"github.com/haltline/haltline/wire"
@@ -29,58 +37,150 @@ func TestStreamBodyCutsAReadForTheFirstAndTerminalEvents(t *testing.T) {
 	}
 	chat := fixture("../wire/openai/testdata/chat/stream-text-include-usage.sse")
 	messages := fixture("../wire/anthropic/testdata/stream-tool-use.sse")
+	chatTap := func() wire.StreamTap {
+		return openai.Chat{}.NewStreamTap(&wire.Request{Stream: true, IncludeUsage: true})
+	}
 	for _, tc := range []struct {
 		desc     string
-		tap      wire.StreamTap
+		tap      func() wire.StreamTap
 		stream   string
 		terminal string // what must wait for the settlement
 	}{
-		{"openai chat", openai.Chat{}.NewStreamTap(&wire.Request{Stream: true, IncludeUsage: true}), chat, "data: [DONE]\n\n"},
-		{"anthropic", anthropic.Messages{}.NewStreamTap(nil), messages, messages[strings.LastIndex(messages, "event: message_stop"):]},
-		{"only the terminal event", openai.Chat{}.NewStreamTap(&wire.Request{Stream: true, IncludeUsage: true}), "data: [DONE]\n\n", "data: [DONE]\n\n"},
+		{"openai chat", chatTap, chat, "data: [DONE]\n\n"},
+		{"anthropic", func() wire.StreamTap { return anthropic.Messages{}.NewStreamTap(nil) }, messages, messages[strings.LastIndex(messages, "event: message_stop"):]},
+		{"only the terminal event", chatTap, "data: [DONE]\n\n", "data: [DONE]\n\n"},
 		// Before a terminal event, only \n framing is cut: with \r\n, what
 		// follows the first event waits with it.
-		{"crlf", openai.Chat{}.NewStreamTap(&wire.Request{Stream: true, IncludeUsage: true}),
+		{"crlf", chatTap,
 			"data: {\"choices\":[]}\r\n\r\ndata: {\"choices\":[]}\r\n\r\ndata: [DONE]\r\n\r\n", "data: {\"choices\":[]}\r\n\r\ndata: [DONE]\r\n\r\n"},
 	} {
-		t.Run(tc.desc, func(t *testing.T) {
-			t.Parallel()
-			var got bytes.Buffer
-			settledAt, settles := -1, 0
-			buf := make([]byte, 64<<10)
-			b := &streamBody{
-				up: io.NopCloser(strings.NewReader(tc.stream)), t: tc.tap, buf: &buf,
-				settle: func(pipeline.Outcome) {
-					if settles++; settles == 1 {
-						settledAt = got.Len()
+		for _, mode := range []string{"Read", "WriteTo"} {
+			t.Run(tc.desc+"/"+mode, func(t *testing.T) {
+				t.Parallel()
+				var got bytes.Buffer
+				settledAt, settles := -1, 0
+				buf := make([]byte, 64<<10)
+				b := &streamBody{
+					up: io.NopCloser(strings.NewReader(tc.stream)), t: tc.tap(), buf: &buf,
+					settle: func(pipeline.Outcome) {
+						if settles++; settles == 1 {
+							settledAt = got.Len()
+						}
+					},
+					done: func() {},
+				}
+				first := -1
+				if mode == "Read" {
+					p := make([]byte, 64<<10)
+					for {
+						n, err := b.Read(p)
+						if first < 0 {
+							first = n
+						}
+						got.Write(p[:n])
+						if err == io.EOF {
+							break
+						}
+						if err != nil {
+							t.Fatal(err)
+						}
 					}
-				},
-				done: func() {},
-			}
-			p := make([]byte, 64<<10)
-			first := -1
-			for {
-				n, err := b.Read(p)
-				if first < 0 {
-					first = n
+				} else {
+					// As fasthttp's server writes it: a chunk per Write.
+					w := writerFunc(func(p []byte) (int, error) {
+						if first < 0 {
+							first = len(p)
+						}
+						return got.Write(p)
+					})
+					if n, err := b.WriteTo(w); err != nil || n != int64(len(tc.stream)) {
+						t.Fatalf("WriteTo: %d %v", n, err)
+					}
 				}
-				got.Write(p[:n])
-				if err == io.EOF {
-					break
+				if got.String() != tc.stream {
+					t.Fatalf("client got %q, want the upstream's bytes", got.String())
 				}
-				if err != nil {
-					t.Fatal(err)
+				if want := len(tc.stream) - len(tc.terminal); settledAt != want {
+					t.Fatalf("settled after %d bytes went out, want %d (all but the terminal event)", settledAt, want)
 				}
-			}
-			if got.String() != tc.stream {
-				t.Fatalf("client got %q, want the upstream's bytes", got.String())
-			}
-			if want := len(tc.stream) - len(tc.terminal); settledAt != want {
-				t.Fatalf("settled after %d bytes went out, want %d (all but the terminal event)", settledAt, want)
-			}
-			if want := sse.FirstEventEnd([]byte(tc.stream)); first != want {
-				t.Fatalf("first write %d bytes, want the first event's %d", first, want)
-			}
-		})
+				if want := sse.FirstEventEnd([]byte(tc.stream)); first != want {
+					t.Fatalf("first write %d bytes, want the first event's %d", first, want)
+				}
+			})
+		}
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// Served by fasthttp, a burst that arrives in one read reaches the client
+// as three chunks: the first event, the rest up to the terminal event
+// (one chunk, whatever its size), the terminal event after the settlement.
+func TestStreamBurstIsOneChunkOnTheWire(t *testing.T) {
+	var sb strings.Builder
+	for i := range 50 {
+		fmt.Fprintf(&sb, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"%03d %s\"}}]}\n\n", i, strings.Repeat("x", 200))
+	}
+	sb.WriteString("data: [DONE]\n\n")
+	stream := sb.String()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &fasthttp.Server{WriteBufferSize: 16 << 10, Handler: func(ctx *fasthttp.RequestCtx) {
+		buf := make([]byte, 64<<10)
+		ctx.Response.SetBodyStream(&streamBody{
+			up: io.NopCloser(strings.NewReader(stream)), buf: &buf,
+			t:      openai.Chat{}.NewStreamTap(&wire.Request{Stream: true}),
+			settle: func(pipeline.Outcome) {}, done: func() {},
+		}, -1)
+	}}
+	go srv.Serve(rawListener{ln})
+	defer srv.Shutdown()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	r := bufio.NewReader(c)
+	resp, err := http.ReadResponse(r, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if te := resp.TransferEncoding; len(te) != 1 || te[0] != "chunked" {
+		t.Fatalf("transfer encoding %v", te)
+	}
+	// Read the chunks' framing from the raw bytes after the headers.
+	var sizes []int
+	var body []byte
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(line), 16, 64)
+		if err != nil {
+			t.Fatalf("chunk size line %q", line)
+		}
+		if n == 0 {
+			break
+		}
+		chunk := make([]byte, n+2)
+		if _, err := io.ReadFull(r, chunk); err != nil {
+			t.Fatal(err)
+		}
+		sizes = append(sizes, int(n))
+		body = append(body, chunk[:n]...)
+	}
+	if string(body) != stream {
+		t.Fatalf("client got %d bytes, want the upstream's %d", len(body), len(stream))
+	}
+	firstEvent := sse.FirstEventEnd([]byte(stream))
+	terminal := len("data: [DONE]\n\n")
+	if want := []int{firstEvent, len(stream) - firstEvent - terminal, terminal}; !slices.Equal(sizes, want) {
+		t.Fatalf("chunks of %v bytes, want %v", sizes, want)
 	}
 }
