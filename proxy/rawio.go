@@ -15,21 +15,25 @@ import (
 // read or write of a nonblocking socket never blocks, yet the runtime's
 // (syscall.Syscall) marks each as one that might, and the first of a busy
 // spell after the process sat idle wakes the runtime's monitor thread
-// (sysmon), which then polls every 20 µs until all is idle again. At a few
-// thousand calls a second on a shared core those wake-ups were a sixth of
-// the gateway's CPU and a context switch in the path of each call.
+// (sysmon), which then polls every 20 µs until all is idle again. At 1,000
+// calls a second, on a core shared with the upstream, those wake-ups were a
+// sixth of the gateway's CPU and context switches in the path of each call.
 type rawIO struct {
 	rc   syscall.RawConn
 	conn net.Conn // for the errors' addresses
+	r, w rawHalf
+}
 
-	// The closures given to rc are made once per connection (a closure
-	// per call would be an allocation per read); what they read and write
-	// is here, under rmu and wmu, as net.Conn allows concurrent calls.
-	readFn, writeFn func(fd uintptr) bool
-	rmu, wmu        sync.Mutex
-	rbuf, wbuf      []byte
-	rn, wn          int
-	rerr, werr      syscall.Errno
+// rawHalf is one direction of a rawIO. Its closure, given to rc, is made
+// once per connection (a closure per call would be an allocation per
+// read); what it reads or writes is here, under mu, as net.Conn allows
+// concurrent calls.
+type rawHalf struct {
+	mu    sync.Mutex
+	fn    func(fd uintptr) bool
+	buf   []byte
+	n     int
+	errno syscall.Errno
 }
 
 // newRawIO returns c's raw reader and writer, or nil when c is not a TCP
@@ -44,45 +48,72 @@ func newRawIO(c net.Conn) *rawIO {
 		return nil
 	}
 	r := &rawIO{rc: rc, conn: c}
-	r.readFn = r.read
-	r.writeFn = r.write
+	r.r.fn = r.r.read
+	r.w.fn = r.w.write
 	return r
 }
 
-func (r *rawIO) read(fd uintptr) bool {
+// read is one read(2) into buf; false asks the poller to wait.
+func (h *rawHalf) read(fd uintptr) bool {
 	for {
-		n, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(unsafe.SliceData(r.rbuf))), uintptr(len(r.rbuf)))
+		n, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(unsafe.SliceData(h.buf))), uintptr(len(h.buf)))
 		switch e {
 		case 0:
-			r.rn = int(n)
+			h.n = int(n)
 			return true
 		case syscall.EINTR:
 			continue
 		case syscall.EAGAIN:
 			return false // park until readable
 		default:
-			r.rerr = e
+			h.errno = e
 			return true
 		}
 	}
 }
 
-func (r *rawIO) write(fd uintptr) bool {
-	for r.wn < len(r.wbuf) {
-		rest := r.wbuf[r.wn:]
+// write is write(2)s until buf is written; false asks the poller to wait.
+func (h *rawHalf) write(fd uintptr) bool {
+	for h.n < len(h.buf) {
+		rest := h.buf[h.n:]
 		n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(unsafe.SliceData(rest))), uintptr(len(rest)))
 		switch e {
 		case 0:
-			r.wn += int(n)
+			h.n += int(n)
 		case syscall.EINTR:
 		case syscall.EAGAIN:
 			return false // park until writable
 		default:
-			r.werr = e
+			h.errno = e
 			return true
 		}
 	}
 	return true
+}
+
+// do runs h's system call on p through the poller (RawConn's Read or
+// Write): the bytes it moved, and net.Conn's error.
+func (r *rawIO) do(h *rawHalf, p []byte, write bool) (int, error) {
+	h.mu.Lock()
+	h.buf, h.n, h.errno = p, 0, 0
+	var err error
+	op := "read"
+	if write {
+		op = "write"
+		err = r.rc.Write(h.fn)
+	} else {
+		err = r.rc.Read(h.fn)
+	}
+	n, e := h.n, h.errno
+	h.buf = nil
+	h.mu.Unlock()
+	switch {
+	case err != nil:
+		return n, r.opError(op, err)
+	case e != 0:
+		return n, r.opError(op, os.NewSyscallError(op, e))
+	}
+	return n, nil
 }
 
 // Read is net.Conn's Read.
@@ -90,39 +121,15 @@ func (r *rawIO) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	r.rmu.Lock()
-	r.rbuf, r.rn, r.rerr = p, 0, 0
-	err := r.rc.Read(r.readFn)
-	n, e := r.rn, r.rerr
-	r.rbuf = nil
-	r.rmu.Unlock()
-	switch {
-	case err != nil:
-		return 0, r.opError("read", err)
-	case e != 0:
-		return 0, r.opError("read", os.NewSyscallError("read", e))
-	case n == 0:
+	n, err := r.do(&r.r, p, false)
+	if err == nil && n == 0 {
 		return 0, io.EOF
 	}
-	return n, nil
+	return n, err
 }
 
 // Write is net.Conn's Write: all of p, or an error.
-func (r *rawIO) Write(p []byte) (int, error) {
-	r.wmu.Lock()
-	r.wbuf, r.wn, r.werr = p, 0, 0
-	err := r.rc.Write(r.writeFn)
-	n, e := r.wn, r.werr
-	r.wbuf = nil
-	r.wmu.Unlock()
-	switch {
-	case err != nil:
-		return n, r.opError("write", err)
-	case e != 0:
-		return n, r.opError("write", os.NewSyscallError("write", e))
-	}
-	return n, nil
-}
+func (r *rawIO) Write(p []byte) (int, error) { return r.do(&r.w, p, true) }
 
 // opError wraps err as net.Conn's methods do; the poller's own errors
 // (a deadline, a closed connection) come wrapped by RawConn, and are

@@ -134,3 +134,25 @@ func TestRawConnErrors(t *testing.T) {
 		t.Fatalf("read after the far end closed: %d %v, want EOF", n, err)
 	}
 }
+
+// A read and a write allocate nothing: the closures RawConn calls are made
+// once per connection.
+func TestRawConnDoesNotAllocate(t *testing.T) {
+	c1, c2, stop, err := rawPipe(func(c net.Conn) net.Conn { return &upstreamConn{Conn: c, raw: newRawIO(c)} })()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	out, in := []byte("ping"), make([]byte, 4)
+	allocs := testing.AllocsPerRun(200, func() {
+		if _, err := c1.Write(out); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(c2, in); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("%.1f allocations a write and read, want 0", allocs)
+	}
+}
