@@ -3,9 +3,9 @@
 // upstream clients with deadline-bounded retries, SSE relay chunk by chunk,
 // body limits, the detection of clients that hang up (fasthttp never
 // cancels a request on its own), and the sockets' reads and writes as raw
-// system calls (rawio.go: a nonblocking socket's never block, and the
-// runtime's accounting of a blocking one woke its monitor thread on every
-// busy spell).
+// system calls (rawio.go: they never block on a nonblocking socket, and
+// the runtime's bookkeeping for calls that might woke its monitor thread
+// on every busy spell).
 //
 // It must not decide anything about budgets, policy or run state: it turns
 // each request into pipeline.Begin / Turn.Feed / pipeline.Finish and writes

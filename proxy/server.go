@@ -111,9 +111,10 @@ func New(o Options) *Server {
 
 		// A streamed burst goes out as one chunk (streamBody.WriteTo),
 		// in one write when it fits: at fasthttp's default of 4 KB a
-		// 12 KB burst took three writes, and an answer whose headers and
-		// body pass 4 KB two. Pooled per request in progress, not per
-		// connection.
+		// 12 KB burst took three writes. An answer whose headers and
+		// body pass the buffer takes two writes (fasthttp's single
+		// writev is only for *net.TCPConn, which rawConn is not).
+		// Pooled per request in progress, not per connection.
 		WriteBufferSize: 16 << 10,
 	}
 	return s
