@@ -114,6 +114,12 @@ type Bolt struct {
 	ckMu   sync.Mutex
 	ckKeys []string // a checkpoint's keys of one bucket, sorted; under ckMu
 
+	// fsBusy is set while the background goroutine fsyncs or checkpoints:
+	// a journal commit then may hold a write, so the log's is not raw
+	// (segment.writeRaw); nor, for rawPause, after a raw one was slow.
+	fsBusy         atomic.Bool
+	rawPausedUntil atomic.Int64 // unix ns
+
 	nudge   chan struct{}
 	stop    chan struct{}
 	stopped chan struct{}
@@ -239,7 +245,12 @@ func (s *Bolt) commit(batches [][]Op) error {
 		s.buf = rec
 	}
 	s.walMu.Lock()
-	err = s.seg.write(rec)
+	t0 := time.Now()
+	raw := s.rawLogWrite(t0)
+	err = s.seg.write(rec, raw)
+	if raw {
+		s.rawWriteTook(time.Since(t0), t0)
+	}
 	if err == nil && s.opts.Sync == SyncAlways {
 		err = s.seg.f.Sync()
 	}
@@ -262,6 +273,29 @@ func (s *Bolt) commit(batches [][]Op) error {
 	return nil
 }
 
+// The log's write is raw (segment.writeRaw) unless the last raw one took
+// longer than slowRawWrite; then not for rawPause. An append to the page
+// cache takes microseconds.
+const (
+	slowRawWrite = time.Millisecond
+	rawPause     = time.Second
+)
+
+// rawLogWrite reports whether the log's next write may be raw
+// (segment.writeRaw): the store is not fsyncing or checkpointing, no raw
+// write was slow lately, and the write is not followed by an fsync anyway
+// (SyncAlways).
+func (s *Bolt) rawLogWrite(now time.Time) bool {
+	return s.opts.Sync == SyncInterval && !s.fsBusy.Load() && now.UnixNano() >= s.rawPausedUntil.Load()
+}
+
+// rawWriteTook pauses raw writes when one that started at start was slow.
+func (s *Bolt) rawWriteTook(d time.Duration, start time.Time) {
+	if d > slowRawWrite {
+		s.rawPausedUntil.Store(start.Add(d + rawPause).UnixNano())
+	}
+}
+
 // background fsyncs the log on its period and checkpoints.
 func (s *Bolt) background() {
 	defer close(s.stopped)
@@ -274,12 +308,16 @@ func (s *Bolt) background() {
 			return
 		case <-s.nudge:
 		case <-tick.C:
+			s.fsBusy.Store(true)
 			s.syncLog()
+			s.fsBusy.Store(false)
 			if time.Since(lastCheckpoint) < s.opts.CheckpointEvery {
 				continue
 			}
 		}
+		s.fsBusy.Store(true)
 		s.report(s.checkpoint())
+		s.fsBusy.Store(false)
 		lastCheckpoint = time.Now()
 	}
 }

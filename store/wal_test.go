@@ -386,3 +386,107 @@ func TestCheckpointInSeveralTransactions(t *testing.T) {
 		t.Fatalf("reopened: %v\nwant %v", got, want)
 	}
 }
+
+// The log's write is raw only while the store is quiet: not while it
+// fsyncs or checkpoints (a journal commit may hold a write), not for a
+// while after a slow raw write, not under SyncAlways. Raw or not, the
+// records on disk are the same bytes and replay the same.
+func TestLogWriteRawOnlyWhileQuiet(t *testing.T) {
+	t.Parallel()
+	s, err := OpenBoltWith(t.TempDir(), slowCheckpoints)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	now := time.Now()
+	if !s.rawLogWrite(now) {
+		t.Fatal("a quiet store does not write its log raw")
+	}
+	s.fsBusy.Store(true)
+	if s.rawLogWrite(now) {
+		t.Fatal("raw write while the store fsyncs or checkpoints")
+	}
+	s.fsBusy.Store(false)
+	s.rawWriteTook(100*time.Microsecond, now)
+	if !s.rawLogWrite(now) {
+		t.Fatal("a fast raw write paused raw writes")
+	}
+	s.rawWriteTook(3*time.Millisecond, now)
+	if s.rawLogWrite(now.Add(rawPause)) {
+		t.Fatal("raw writes not paused after a slow one")
+	}
+	if !s.rawLogWrite(now.Add(3*time.Millisecond + rawPause + time.Millisecond)) {
+		t.Fatal("raw writes still paused after rawPause")
+	}
+
+	always, err := OpenBoltWith(t.TempDir(), BoltOptions{Sync: SyncAlways, CheckpointEvery: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer always.Close()
+	if always.rawLogWrite(now) {
+		t.Fatal("raw write under SyncAlways")
+	}
+
+	// The same records through either path: the same file.
+	rec, err := appendRecord(nil, [][]Op{{put(Runs, "r1", "v1"), put(Events, "r1\x00\x01", "e1")}, {del(Runs, "r0")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var files [2][]byte
+	for i, raw := range []bool{true, false} {
+		dir := t.TempDir()
+		seg, err := createSegment(dir, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 3 {
+			if err := seg.write(rec, raw); err != nil {
+				t.Fatal(err)
+			}
+		}
+		seg.f.Close()
+		if seg.size != int64(3*len(rec)) {
+			t.Fatalf("raw=%v: size %d, want %d", raw, seg.size, 3*len(rec))
+		}
+		if files[i], err = os.ReadFile(seg.path); err != nil {
+			t.Fatal(err)
+		}
+		r, err := OpenBolt(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := collect(t, r, Runs, nil); fmt.Sprint(got) != "[r1=v1]" {
+			t.Fatalf("raw=%v: replayed %v", raw, got)
+		}
+		r.Close()
+	}
+	if !bytes.Equal(files[0], files[1]) {
+		t.Fatal("a raw write and an ordinary one left different files")
+	}
+}
+
+// A raw write that fails falls back to the ordinary one, whose error is
+// reported, and the segment's size stays on a record boundary.
+func TestLogRawWriteErrorFallsBack(t *testing.T) {
+	t.Parallel()
+	path := segmentPath(t.TempDir(), 1)
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path) // read-only: write(2) fails with EBADF
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	seg := &segment{seq: 1, path: path, f: f, fd: f.Fd()}
+	if n := seg.writeRaw([]byte("record")); n != 0 {
+		t.Fatalf("raw write to a read-only file wrote %d", n)
+	}
+	if err := seg.write([]byte("record"), true); err == nil {
+		t.Fatal("no error from a write to a read-only file")
+	}
+	if seg.size != 0 {
+		t.Fatalf("size %d after a failed write", seg.size)
+	}
+}
