@@ -22,7 +22,7 @@ func droppedNotice(n int64) []byte { return []byte("dropped " + strconv.FormatIn
 // Close goes straight through.
 func TestLogWriterKeepsEveryLineInOrder(t *testing.T) {
 	var out bytes.Buffer // read once Close has returned: the writer goroutine is done
-	w := NewLogWriter(&out, 1<<20, droppedNotice)
+	w := NewLogWriter(&out, 1<<20, 0, droppedNotice)
 	const writers, lines = 8, 500
 	var wg sync.WaitGroup
 	for g := range writers {
@@ -54,6 +54,48 @@ func TestLogWriterKeepsEveryLineInOrder(t *testing.T) {
 	}
 }
 
+// countingWriter counts its writes.
+type countingWriter struct {
+	writes int
+	bytes.Buffer
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	c.writes++
+	return c.Buffer.Write(p)
+}
+
+// With a linger, the lines that arrive while the writer lingers go out
+// with the one that woke it, in one write; Close does not wait the linger
+// out (an hour here) and writes everything.
+func TestLogWriterLingerGathersLines(t *testing.T) {
+	for _, tc := range []struct {
+		linger   time.Duration
+		oneWrite bool
+		what     string
+	}{
+		{time.Hour, true, "lingering"},
+		{0, false, "at once"},
+	} {
+		out := &countingWriter{} // read once Close has returned
+		w := NewLogWriter(out, 1<<20, tc.linger, droppedNotice)
+		w.Write([]byte("first\n"))
+		time.Sleep(20 * time.Millisecond) // the writer takes the first line
+		for i := range 9 {
+			fmt.Fprintf(w, "line %d\n", i)
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if n := strings.Count(out.String(), "\n"); n != 10 {
+			t.Fatalf("%s: %d lines written, want 10", tc.what, n)
+		}
+		if got := out.writes == 1; got != tc.oneWrite {
+			t.Fatalf("%s: %d writes", tc.what, out.writes)
+		}
+	}
+}
+
 // gatedWriter blocks every write until open is closed, as a log pipe whose
 // reader has stopped does.
 type gatedWriter struct {
@@ -73,7 +115,7 @@ func (g *gatedWriter) Write(p []byte) (int, error) {
 // reported once the destination takes writes again.
 func TestLogWriterDropsInsteadOfWaiting(t *testing.T) {
 	out := &gatedWriter{open: make(chan struct{}), entered: make(chan struct{})}
-	w := NewLogWriter(out, 100, droppedNotice)
+	w := NewLogWriter(out, 100, 0, droppedNotice)
 	line := []byte("0123456789\n") // 11 bytes
 	w.Write(line)
 	<-out.entered // the writer goroutine took it and waits at the gate
@@ -115,7 +157,11 @@ func BenchmarkLogLineToFile(b *testing.B) {
 	}{
 		{"direct", func(f io.Writer) (io.Writer, func()) { return &lockedWriter{w: f}, func() {} }},
 		{"queued", func(f io.Writer) (io.Writer, func()) {
-			w := NewLogWriter(f, 4<<20, notice)
+			w := NewLogWriter(f, 4<<20, 0, notice)
+			return w, func() { w.Close() }
+		}},
+		{"queued-lingering", func(f io.Writer) (io.Writer, func()) {
+			w := NewLogWriter(f, 4<<20, 5*time.Millisecond, notice)
 			return w, func() { w.Close() }
 		}},
 	} {
