@@ -42,6 +42,7 @@ type GroupCommitter struct {
 	laterMu    sync.Mutex
 	later      []Op
 	laterTimer *time.Timer
+	laterWait  time.Duration // laterWait; tests lengthen it
 
 	// closeMu orders Apply's send against Close's close of the queue.
 	closeMu sync.RWMutex
@@ -67,7 +68,7 @@ const laterWait = time.Millisecond
 // is slow and whose callers need not wait for it (an fsync per commit)
 // leaves it off.
 func NewGroupCommitter(commit func(batches [][]Op) error, inline bool) *GroupCommitter {
-	g := &GroupCommitter{commit: commit, inline: inline, queue: make(chan groupItem, 1024), done: make(chan struct{})}
+	g := &GroupCommitter{commit: commit, inline: inline, queue: make(chan groupItem, 1024), done: make(chan struct{}), laterWait: laterWait}
 	g.laterTimer = time.AfterFunc(time.Hour, g.flushLater)
 	g.laterTimer.Stop()
 	go g.writer()
@@ -90,7 +91,7 @@ func (g *GroupCommitter) Later(ops []Op) {
 	}
 	g.laterMu.Lock()
 	if len(g.later) == 0 {
-		g.laterTimer.Reset(laterWait)
+		g.laterTimer.Reset(g.laterWait)
 		g.later = ops // handed over: no copy
 	} else {
 		g.later = append(g.later, ops...)
@@ -108,6 +109,12 @@ func (g *GroupCommitter) CancelLater(b Bucket, key []byte) bool {
 	defer g.laterMu.Unlock()
 	n := len(g.later)
 	g.later = slices.DeleteFunc(g.later, func(op Op) bool { return op.Writes(b, key) })
+	if n > 0 && len(g.later) == 0 {
+		// Nothing left to flush: a timer left armed would still wake the
+		// process (and the runtime's sysmon, whose sleep ends at the next
+		// timer) for nothing, once a call in the common case.
+		g.laterTimer.Stop()
+	}
 	return len(g.later) < n
 }
 

@@ -319,3 +319,27 @@ func TestGroupCommitterLaterKeepsOrder(t *testing.T) {
 		}
 	}
 }
+
+// A CancelLater that takes the last Later op stops the flush timer: left
+// armed, it would wake the process for nothing a millisecond later, once
+// for nearly every call (whose hold is cancelled before it is written).
+func TestCancelLaterStopsAnIdleTimer(t *testing.T) {
+	g := NewGroupCommitter(func([][]Op) error { return nil }, true)
+	defer g.Close()
+	g.laterWait = time.Hour // armed for the length of the test
+	g.Later([]Op{{Bucket: Reservations, Key: []byte("a"), Value: []byte("1")}, {Bucket: Reservations, Key: []byte("b"), Value: []byte("1")}})
+	g.CancelLater(Reservations, []byte("a"))
+	g.laterMu.Lock()
+	armed := g.laterTimer.Stop()
+	g.laterTimer.Reset(g.laterWait)
+	g.laterMu.Unlock()
+	if !armed {
+		t.Fatal("the flush timer stopped with an op left to flush")
+	}
+	g.CancelLater(Reservations, []byte("b"))
+	g.laterMu.Lock()
+	defer g.laterMu.Unlock()
+	if g.laterTimer.Stop() {
+		t.Fatal("the flush timer is still armed with nothing to flush")
+	}
+}
