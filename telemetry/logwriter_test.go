@@ -54,14 +54,17 @@ func TestLogWriterKeepsEveryLineInOrder(t *testing.T) {
 	}
 }
 
-// countingWriter counts its writes.
+// countingWriter counts its writes and closes first at the first one.
 type countingWriter struct {
 	writes int
+	first  chan struct{}
 	bytes.Buffer
 }
 
 func (c *countingWriter) Write(p []byte) (int, error) {
-	c.writes++
+	if c.writes++; c.writes == 1 {
+		close(c.first)
+	}
 	return c.Buffer.Write(p)
 }
 
@@ -77,10 +80,14 @@ func TestLogWriterLingerGathersLines(t *testing.T) {
 		{time.Hour, true, "lingering"},
 		{0, false, "at once"},
 	} {
-		out := &countingWriter{} // read once Close has returned
+		out := &countingWriter{first: make(chan struct{})} // read once Close has returned
 		w := NewLogWriter(out, 1<<20, tc.linger, droppedNotice)
 		w.Write([]byte("first\n"))
-		time.Sleep(20 * time.Millisecond) // the writer takes the first line
+		if tc.linger == 0 {
+			<-out.first // written by itself
+		} else {
+			time.Sleep(20 * time.Millisecond) // the writer wakes and lingers
+		}
 		for i := range 9 {
 			fmt.Fprintf(w, "line %d\n", i)
 		}
