@@ -118,7 +118,8 @@ type Bolt struct {
 	// a journal commit then may hold a write, so the log's is not raw
 	// (segment.writeRaw); nor, for rawPause, after a raw one was slow.
 	fsBusy         atomic.Bool
-	rawPausedUntil atomic.Int64 // unix ns
+	rawPausedUntil atomic.Int64  // unix ns
+	rawPause       time.Duration // the last pause; under walMu
 
 	nudge   chan struct{}
 	stop    chan struct{}
@@ -274,11 +275,15 @@ func (s *Bolt) commit(batches [][]Op) error {
 }
 
 // The log's write is raw (segment.writeRaw) unless the last raw one took
-// longer than slowRawWrite; then not for rawPause. An append to the page
-// cache takes microseconds.
+// longer than slowRawWrite (an append to the page cache takes
+// microseconds); then not for rawPause, or twice the last pause when raw
+// writes had resumed less than maxRawPause before, up to maxRawPause: a
+// file system that keeps stalling writes (dirty pages throttled on a busy
+// host) soon gets only ordinary ones.
 const (
 	slowRawWrite = time.Millisecond
 	rawPause     = time.Second
+	maxRawPause  = time.Minute
 )
 
 // rawLogWrite reports whether the log's next write may be raw
@@ -289,11 +294,18 @@ func (s *Bolt) rawLogWrite(now time.Time) bool {
 	return s.opts.Sync == SyncInterval && !s.fsBusy.Load() && now.UnixNano() >= s.rawPausedUntil.Load()
 }
 
-// rawWriteTook pauses raw writes when one that started at start was slow.
+// rawWriteTook pauses raw writes when one that started at start was
+// slow. The caller holds walMu.
 func (s *Bolt) rawWriteTook(d time.Duration, start time.Time) {
-	if d > slowRawWrite {
-		s.rawPausedUntil.Store(start.Add(d + rawPause).UnixNano())
+	if d <= slowRawWrite {
+		return
 	}
+	if resumed := time.Unix(0, s.rawPausedUntil.Load()); start.Sub(resumed) > maxRawPause {
+		s.rawPause = rawPause
+	} else {
+		s.rawPause = min(2*s.rawPause, maxRawPause)
+	}
+	s.rawPausedUntil.Store(start.Add(d + s.rawPause).UnixNano())
 }
 
 // background fsyncs the log on its period and checkpoints.

@@ -415,8 +415,26 @@ func TestLogWriteRawOnlyWhileQuiet(t *testing.T) {
 	if s.rawLogWrite(now.Add(rawPause)) {
 		t.Fatal("raw writes not paused after a slow one")
 	}
-	if !s.rawLogWrite(now.Add(3*time.Millisecond + rawPause + time.Millisecond)) {
+	end := now.Add(3*time.Millisecond + rawPause)
+	if !s.rawLogWrite(end) {
 		t.Fatal("raw writes still paused after rawPause")
+	}
+	// Slow again soon after: each pause twice the last, up to maxRawPause.
+	for _, want := range []time.Duration{2 * rawPause, 4 * rawPause, 8 * rawPause, 16 * rawPause, 32 * rawPause, maxRawPause, maxRawPause} {
+		s.rawWriteTook(2*time.Millisecond, end)
+		end = end.Add(2 * time.Millisecond)
+		if s.rawLogWrite(end.Add(want - time.Millisecond)) {
+			t.Fatalf("raw writes paused for less than %v", want)
+		}
+		if end = end.Add(want); !s.rawLogWrite(end) {
+			t.Fatalf("raw writes paused for more than %v", want)
+		}
+	}
+	// Slow once more only after a long quiet spell: back to rawPause.
+	end = end.Add(2 * maxRawPause)
+	s.rawWriteTook(2*time.Millisecond, end)
+	if !s.rawLogWrite(end.Add(2*time.Millisecond + rawPause)) {
+		t.Fatal("the pause did not return to rawPause after a quiet spell")
 	}
 
 	always, err := OpenBoltWith(t.TempDir(), BoltOptions{Sync: SyncAlways, CheckpointEvery: time.Hour})
