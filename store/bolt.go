@@ -116,7 +116,8 @@ type Bolt struct {
 
 	// fsBusy is set while the background goroutine fsyncs or checkpoints:
 	// a journal commit then may hold a write, so the log's is not raw
-	// (segment.writeRaw); nor, for rawPause, after a raw one was slow.
+	// (segment.writeRaw); nor for a while after a raw one was slow
+	// (rawWriteTook).
 	fsBusy         atomic.Bool
 	rawPausedUntil atomic.Int64  // unix ns
 	rawPause       time.Duration // the last pause; under walMu
