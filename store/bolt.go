@@ -118,9 +118,10 @@ type Bolt struct {
 	// a journal commit then may hold a write, so the log's is not raw
 	// (segment.writeRaw); nor for a while after a raw one was slow
 	// (rawWriteTook).
-	fsBusy         atomic.Bool
-	rawPausedUntil atomic.Int64  // unix ns
-	rawPause       time.Duration // the last pause; under walMu
+	fsBusy atomic.Bool
+	// Under walMu, as every log write is.
+	rawPausedUntil time.Time
+	rawPause       time.Duration // the last pause
 
 	nudge   chan struct{}
 	stop    chan struct{}
@@ -290,9 +291,9 @@ const (
 // rawLogWrite reports whether the log's next write may be raw
 // (segment.writeRaw): the store is not fsyncing or checkpointing, no raw
 // write was slow lately, and the write is not followed by an fsync anyway
-// (SyncAlways).
+// (SyncAlways). The caller holds walMu.
 func (s *Bolt) rawLogWrite(now time.Time) bool {
-	return s.opts.Sync == SyncInterval && !s.fsBusy.Load() && now.UnixNano() >= s.rawPausedUntil.Load()
+	return s.opts.Sync == SyncInterval && !s.fsBusy.Load() && !now.Before(s.rawPausedUntil)
 }
 
 // rawWriteTook pauses raw writes when one that started at start was
@@ -301,12 +302,12 @@ func (s *Bolt) rawWriteTook(d time.Duration, start time.Time) {
 	if d <= slowRawWrite {
 		return
 	}
-	if resumed := time.Unix(0, s.rawPausedUntil.Load()); start.Sub(resumed) > maxRawPause {
+	if start.Sub(s.rawPausedUntil) > maxRawPause {
 		s.rawPause = rawPause
 	} else {
 		s.rawPause = min(2*s.rawPause, maxRawPause)
 	}
-	s.rawPausedUntil.Store(start.Add(d + s.rawPause).UnixNano())
+	s.rawPausedUntil = start.Add(d + s.rawPause)
 }
 
 // background fsyncs the log on its period and checkpoints.
