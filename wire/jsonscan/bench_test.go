@@ -34,3 +34,29 @@ func BenchmarkStrings(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkAppendEscaped writes strings of the kinds a call's log line and
+// a run's record hold: short ids and names, a sentence, and text with
+// escapes and non-ASCII letters.
+func BenchmarkAppendEscaped(b *testing.B) {
+	for _, tc := range []struct{ desc, s string }{
+		{"id", "run-7f3a9c2e41d8"},
+		{"model", "gpt-4o-mini-2024-07-18"},
+		{"sentence", "The customer asked where order A-1001 is; it shipped on Monday."},
+		{"mixed", "line one\nline \"two\"\tcafé <b>&</b> \u2028 end"},
+	} {
+		for _, html := range []bool{false, true} {
+			name := tc.desc
+			if html {
+				name += "/html"
+			}
+			b.Run(name, func(b *testing.B) {
+				buf := make([]byte, 0, 256)
+				b.SetBytes(int64(len(tc.s)))
+				for b.Loop() {
+					buf = AppendEscaped(buf[:0], tc.s, html)
+				}
+			})
+		}
+	}
+}

@@ -2,6 +2,7 @@ package jsonscan
 
 import (
 	"math"
+	"math/bits"
 	"slices"
 	"strconv"
 	"unicode/utf8"
@@ -17,6 +18,23 @@ func AppendEscaped[T ~string | ~[]byte](dst []byte, src T, html bool) []byte {
 	dst = slices.Grow(dst, len(src)+len(src)/8+2)
 	start := 0
 	for i := 0; i < len(src); {
+		// Ids, names and prose need nothing escaped: eight bytes at a
+		// time while none is a quote, a backslash, a control byte,
+		// non-ASCII or (with html) one of <, > and &.
+		if i+8 <= len(src) {
+			x := wordAt(src, i)
+			m := special(x) | x&msb
+			if html {
+				m |= eqMask(x, '<') | eqMask(x, '>') | eqMask(x, '&')
+			}
+			if m == 0 {
+				i += 8
+				continue
+			}
+			// The lowest mark is exact (a borrow only runs upward): the
+			// bytes below it need nothing.
+			i += bits.TrailingZeros64(m) >> 3
+		}
 		if b := src[i]; b < utf8.RuneSelf {
 			if b >= ' ' && b != '"' && b != '\\' && (!html || (b != '<' && b != '>' && b != '&')) {
 				i++
@@ -61,6 +79,13 @@ func AppendEscaped[T ~string | ~[]byte](dst []byte, src T, html bool) []byte {
 		i += size
 	}
 	return append(dst, src[start:]...)
+}
+
+// wordAt is load64 for a string or a byte slice.
+func wordAt[T ~string | ~[]byte](s T, i int) uint64 {
+	s = s[i : i+8]
+	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
 }
 
 func decodeRune[T ~string | ~[]byte](s T) (rune, int) {
