@@ -18,8 +18,24 @@ import (
 // close together (JSON text inside a string) it reads sixteen bytes at a
 // time instead, as one jump per quote would then cost more.
 func SkipString(s string, i int) int {
+	j := i + 1
+	// Short strings: a word at a time to the first quote or backslash,
+	// cheaper than strings.IndexByte's setup.
+	for w := 0; w < shortWords && j+8 <= len(s); w++ {
+		x := load64(s, j)
+		m := eqMask(x, '"') | eqMask(x, '\\')
+		if m == 0 {
+			j += 8
+			continue
+		}
+		j += bits.TrailingZeros64(m) >> 3
+		if s[j] == '"' {
+			return j + 1
+		}
+		break // an escape: the loop below counts the backslashes
+	}
 	hops := 0
-	for j := i + 1; j < len(s); {
+	for j < len(s) {
 		k := strings.IndexByte(s[j:], '"')
 		if k < 0 {
 			return -1
@@ -79,6 +95,10 @@ func skipDense(s string, i int) int {
 	}
 	return -1
 }
+
+// shortWords is how many eight-byte words SkipString and ValidString read
+// one at a time before they search with strings.IndexByte.
+const shortWords = 4
 
 // IsWS reports JSON white space.
 func IsWS(c byte) bool { return c == ' ' || c == '\n' || c == '\t' || c == '\r' }

@@ -151,15 +151,22 @@ var escapes = [256]uint8{'"': 1, '\\': 1, '/': 1, 'b': 1, 'f': 1, 'n': 1, 'r': 1
 // that close it goes on with validDense.
 func ValidString(s string, i int) int {
 	i++
-	// Most strings are short (keys, ids, roles): their first eight bytes
-	// often hold the closing quote with nothing to check before it.
-	if i+8 <= len(s) {
+	// Most strings are short (keys, ids, roles, numbers as text): a few
+	// words often hold the closing quote with nothing to check before it,
+	// where strings.IndexByte's setup would cost more than the search.
+	for w := 0; w < shortWords && i+8 <= len(s); w++ {
 		m := special(load64(s, i))
 		if m == 0 {
 			i += 8
-		} else if j := i + bits.TrailingZeros64(m)>>3; s[j] == '"' {
+			continue
+		}
+		// The lowest mark is exact (a borrow only runs upward).
+		j := i + bits.TrailingZeros64(m)>>3
+		if s[j] == '"' {
 			return j + 1
 		}
+		i = j // a backslash or a control byte: the loop below decides
+		break
 	}
 	from, escs := i, 0
 	for {
