@@ -73,10 +73,13 @@ type check struct {
 }
 
 type report struct {
-	Meta     meta                `json:"meta"`
-	Summary  map[string]*summary `json:"summary"`
-	Checks   []check             `json:"checks"`
-	Rounds   []*round            `json:"rounds"`
+	Meta    meta                `json:"meta"`
+	Summary map[string]*summary `json:"summary"`
+	Checks  []check             `json:"checks"`
+	Rounds  []*round            `json:"rounds"`
+	// Machine is the rounds' median share of the CPUs the harness did not
+	// have (see machineShare).
+	Machine  *machineShare `json:"machine,omitempty"`
 	targets  []string
 	gateways []string
 	nginx    bool // nginx is among the targets
@@ -100,7 +103,7 @@ func newReport(o options, pl placement, gateways []variant, nginx bool, nginxNot
 		Steps:     o.steps,
 		Slots:     o.slots,
 		Chunks:    o.chunks,
-		Note:      "shared machine: other builds ran at the same time, figures are noisy",
+		Note:      "a shared VM: the figures move with what the hypervisor and other processes take of the CPUs (measured per round: machine)",
 		Nginx:     nginxNote,
 	}, opts: o}
 	if o.only != nil {
@@ -161,6 +164,7 @@ func (r *report) summarise() {
 		}
 		return median(v)
 	}
+	r.Machine = medianMachine(rounds)
 	for _, name := range r.targets {
 		s := &summary{P50us: map[string]float64{}, P99us: map[string]float64{}, TTFBus: map[string]float64{},
 			StreamTotalUs: map[string]float64{}, RunStates: map[string]int{}}
@@ -412,6 +416,9 @@ func (r *report) markdown(w io.Writer) {
 	m := r.Meta
 	fmt.Fprintf(w, "\n%s · %d × %s · %s · `%s` · medians of %d round(s) · %s\n\n",
 		m.Date, m.NProc, m.CPUModel, m.GoVersion, m.Command, m.Rounds, m.Note)
+	if r.Machine != nil {
+		fmt.Fprintf(w, "Machine (median of the rounds): %s.\n\n", r.Machine)
+	}
 	fmt.Fprintf(w, "Placement: %s.\n\n", m.Placement)
 	fmt.Fprintf(w, "Targets alternate within each phase: %d turns each, the order rotating; the saturation searches follow one another.\n\n", m.Turns)
 	if r.nginx {

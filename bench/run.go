@@ -55,6 +55,10 @@ type round struct {
 	MockRSSKB   int64                    `json:"mock_peak_rss_kb"`
 	Placement   []string                 `json:"placement"`
 	TargetOrder []string                 `json:"target_order"`
+	// What the harness did not have of the CPUs (see machineShare), over
+	// the round and in each phase; nil: not measured.
+	Machine      *machineShare            `json:"machine,omitempty"`
+	PhaseMachine map[string]*machineShare `json:"phase_machine,omitempty"`
 }
 
 // run measures every target for o.rounds rounds and prints the report.
@@ -173,7 +177,17 @@ func runRound(ctx context.Context, o options, pl *placement, dir, bin string, ng
 		rd.TargetOrder = append(rd.TargetOrder, st.name)
 		rd.Targets[st.name] = &targetResult{Phases: map[string]phaseResult{}, Streams: map[string]streamResult{}}
 	}
-	err = measureRound(ctx, o, client, targets, rd, out)
+	probe := newMachineProbe(pl, func() []int {
+		pids := []int{mock.pid()}
+		for _, t := range targets {
+			if t.proxy != nil {
+				pids = append(pids, t.proxy.pid())
+			}
+		}
+		return pids
+	})
+	rd.PhaseMachine = map[string]*machineShare{}
+	rd.Machine, err = probe.around(out, "the round", func() error { return measureRound(ctx, o, client, targets, rd, probe, out) })
 	for _, t := range targets {
 		if t.proxy == nil {
 			continue
@@ -228,7 +242,7 @@ func interleave(ctx context.Context, n, turns int, turn func(i, s int) error) er
 }
 
 // measureRound runs every phase on every target, interleaved.
-func measureRound(ctx context.Context, o options, c *http.Client, targets []*target, rd *round, out io.Writer) error {
+func measureRound(ctx context.Context, o options, c *http.Client, targets []*target, rd *round, probe machineProbe, out io.Writer) error {
 	wl := func(t *target, api string, size int, stream bool, name string) *workload {
 		return &workload{api: api, size: size, steps: o.steps, slots: o.slots, stream: stream, tag: t.tag + "-" + name}
 	}
@@ -270,13 +284,16 @@ func measureRound(ctx context.Context, o options, c *http.Client, targets []*tar
 		for i, t := range targets {
 			wls[i] = wl(t, ph.api, ph.size, false, ph.name) // one per target: its runs go on across turns
 		}
-		err := interleave(ctx, len(targets), o.turns, func(i, _ int) error {
-			t := targets[i]
-			if err := accs[i].attack(ctx, c, t, wls[i], ph.rate, 0, o.duration/time.Duration(o.turns)); err != nil {
-				return fmt.Errorf("%s: %w", t.name, err)
-			}
-			quiesce(ctx, t)
-			return nil
+		var err error
+		rd.PhaseMachine[ph.name], err = probe.around(out, ph.name, func() error {
+			return interleave(ctx, len(targets), o.turns, func(i, _ int) error {
+				t := targets[i]
+				if err := accs[i].attack(ctx, c, t, wls[i], ph.rate, 0, o.duration/time.Duration(o.turns)); err != nil {
+					return fmt.Errorf("%s: %w", t.name, err)
+				}
+				quiesce(ctx, t)
+				return nil
+			})
 		})
 		if err != nil {
 			return err
@@ -301,13 +318,16 @@ func measureRound(ctx context.Context, o options, c *http.Client, targets []*tar
 		for i, t := range targets {
 			wls[i] = wl(t, api, size2KB, true, "stream-"+api)
 		}
-		err := interleave(ctx, len(targets), o.turns, func(i, s int) error {
-			// The o.streams calls shared out over the turns.
-			n := o.streams*(s+1)/o.turns - o.streams*s/o.turns
-			if err := accs[i].streams(ctx, c, targets[i], wls[i], n); err != nil {
-				return fmt.Errorf("%s: %w", targets[i].name, err)
-			}
-			return nil
+		var err error
+		rd.PhaseMachine["stream_"+api], err = probe.around(out, "stream_"+api, func() error {
+			return interleave(ctx, len(targets), o.turns, func(i, s int) error {
+				// The o.streams calls shared out over the turns.
+				n := o.streams*(s+1)/o.turns - o.streams*s/o.turns
+				if err := accs[i].streams(ctx, c, targets[i], wls[i], n); err != nil {
+					return fmt.Errorf("%s: %w", targets[i].name, err)
+				}
+				return nil
+			})
 		})
 		if err != nil {
 			return err
@@ -324,17 +344,21 @@ func measureRound(ctx context.Context, o options, c *http.Client, targets []*tar
 	}
 	// The saturation search is not cut into turns (its levels depend on
 	// the last one's result), but the targets' searches follow each other.
-	for _, t := range targets {
-		sat, err := saturate(ctx, c, t, func(name string) *workload { return wl(t, apiOpenAI, size2KB, false, name) }, o.satMax, o.satStep)
-		rd.Targets[t.name].Saturation = sat
-		if err != nil {
-			return fmt.Errorf("%s: %w", t.name, err)
+	var err error
+	rd.PhaseMachine[phaseSat], err = probe.around(out, phaseSat, func() error {
+		for _, t := range targets {
+			sat, err := saturate(ctx, c, t, func(name string) *workload { return wl(t, apiOpenAI, size2KB, false, name) }, o.satMax, o.satStep)
+			rd.Targets[t.name].Saturation = sat
+			if err != nil {
+				return fmt.Errorf("%s: %w", t.name, err)
+			}
+			fmt.Fprintf(out, "  %-9s %-22s %6d req  %3d err  peak %7.0f req/s at %d workers, proxy CPU %5.1f µs/req, mock %5.1f µs/req%s\n",
+				t.name, "saturation", sat.Requests, sat.Errors, sat.PeakRPS, sat.PeakConc, sat.ProxyCPUus, sat.MockCPUus, errNote(sat.ErrorSample))
+			quiesce(ctx, t)
 		}
-		fmt.Fprintf(out, "  %-9s %-22s %6d req  %3d err  peak %7.0f req/s at %d workers, proxy CPU %5.1f µs/req, mock %5.1f µs/req%s\n",
-			t.name, "saturation", sat.Requests, sat.Errors, sat.PeakRPS, sat.PeakConc, sat.ProxyCPUus, sat.MockCPUus, errNote(sat.ErrorSample))
-		quiesce(ctx, t)
-	}
-	return nil
+		return nil
+	})
+	return err
 }
 
 func errNote(sample []string) string {
