@@ -81,7 +81,8 @@ func AppendEscaped[T ~string | ~[]byte](dst []byte, src T, html bool) []byte {
 	return append(dst, src[start:]...)
 }
 
-// wordAt is load64 for a string or a byte slice.
+// wordAt reads s[i:i+8], of a string or a byte slice, as a little-endian
+// word (the compiler makes it one load).
 func wordAt[T ~string | ~[]byte](s T, i int) uint64 {
 	s = s[i : i+8]
 	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |

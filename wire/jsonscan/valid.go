@@ -402,11 +402,7 @@ const (
 
 // load64 reads s[i:i+8] as a little-endian word (the compiler makes it
 // one load).
-func load64(s string, i int) uint64 {
-	s = s[i : i+8]
-	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
-		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
-}
+func load64(s string, i int) uint64 { return wordAt(s, i) }
 
 // special is non-zero when x holds a quote, a backslash or a control
 // byte; cheaper than the exact masks, it only says whether to look.
