@@ -58,10 +58,16 @@ func TestShort(t *testing.T) {
 		_ = cmd.Process.Kill()
 		t.Fatalf("short mode did not end\n%s", out.String())
 	}
-	for _, want := range []string{"| 1,000 req/s, 200 KB |", "| saturation throughput", "| requests / errors / not forwarded |", "haltline"} {
+	for _, want := range []string{"| 1,000 req/s, 200 KB |", "| saturation throughput", "| requests / errors / not forwarded |", "haltline",
+		"Machine (median of the rounds): servers' CPU:", " servers' CPU stolen, % (rounds) |", "Servers' CPU stolen by the hypervisor (%, rounds) during the streams:"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("report lacks %q\n%s", want, out.String())
 		}
+	}
+	// Each fixed-rate phase's row ends with the share of the servers' CPU
+	// stolen during it, measured.
+	if !regexp.MustCompile(`(?m)^\| 1,000 req/s, 2 KB \|.* \d+\.\d \|$`).MatchString(out.String()) {
+		t.Errorf("the 1,000 req/s row lacks the CPU stolen during it\n%s", out.String())
 	}
 	// The gateway's own overhead, read from its answers, beside the
 	// black-box figures: numbers for the gateway, none for the others.

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -432,18 +433,26 @@ func (r *report) markdown(w io.Writer) {
 	for _, t := range r.targets {
 		fmt.Fprintf(w, " %s p50 | %s p99 |", t, t)
 	}
-	fmt.Fprint(w, "\n|---|")
+	fmt.Fprint(w, " servers' CPU stolen, % (rounds) |\n|---|")
 	for range r.targets {
 		fmt.Fprint(w, "---:|---:|")
 	}
-	fmt.Fprintln(w)
+	fmt.Fprintln(w, "---:|")
 	for _, p := range r.phases {
 		fmt.Fprintf(w, "| %s |", phaseLabel(p))
 		for _, t := range r.targets {
 			fmt.Fprintf(w, " %s | %s |", num(r.Summary[t].P50us[p]), num(r.Summary[t].P99us[p]))
 		}
-		fmt.Fprintln(w)
+		fmt.Fprintf(w, " %s |\n", r.stolen(p))
 	}
+	fmt.Fprint(w, "\nServers' CPU stolen by the hypervisor (%, rounds) during the streams:")
+	for i, api := range r.apis {
+		if i > 0 {
+			fmt.Fprint(w, ",")
+		}
+		fmt.Fprintf(w, " %s (%s)", r.stolen("stream_"+api), api)
+	}
+	fmt.Fprintf(w, "; during the saturation searches: %s.\n", r.stolen(phaseSat))
 
 	// What each proxy adds, with the gateways' ratio to the floor.
 	fmt.Fprintln(w)
@@ -599,4 +608,21 @@ func times(v float64) string {
 		return "n/a"
 	}
 	return fmt.Sprintf("%.2f×", v)
+}
+
+// stolen lists, round by round, the share of the servers' CPU the
+// hypervisor took during a phase ("—" where it was not measured).
+func (r *report) stolen(phase string) string {
+	var parts []string
+	for _, rd := range r.Rounds {
+		if m := rd.PhaseMachine[phase]; m != nil {
+			parts = append(parts, strconv.FormatFloat(m.ServerStealPct, 'f', 1, 64))
+		} else {
+			parts = append(parts, "—")
+		}
+	}
+	if len(parts) == 0 {
+		return "—"
+	}
+	return strings.Join(parts, " / ")
 }
