@@ -184,22 +184,20 @@ func medianMachine(rounds []*round) *machineShare {
 	if len(ms) == 0 {
 		return nil
 	}
-	med := func(f func(m *machineShare) float64) float64 {
+	out := &machineShare{pinned: ms[0].pinned}
+	for i, dst := range out.fields() {
 		v := make([]float64, len(ms))
-		for i, m := range ms {
-			v[i] = f(m)
+		for j, m := range ms {
+			v[j] = *m.fields()[i]
 		}
-		return round2(median(v))
+		*dst = round2(median(v))
 	}
-	return &machineShare{
-		ServerStealPct: med(func(m *machineShare) float64 { return m.ServerStealPct }),
-		ServerOtherPct: med(func(m *machineShare) float64 { return m.ServerOtherPct }),
-		ServerIRQPct:   med(func(m *machineShare) float64 { return m.ServerIRQPct }),
-		LoadStealPct:   med(func(m *machineShare) float64 { return m.LoadStealPct }),
-		LoadOtherPct:   med(func(m *machineShare) float64 { return m.LoadOtherPct }),
-		ServerBusyPct:  med(func(m *machineShare) float64 { return m.ServerBusyPct }),
-		pinned:         ms[0].pinned,
-	}
+	return out
+}
+
+// fields are the shares, in one order, for what is done to each alike.
+func (m *machineShare) fields() []*float64 {
+	return []*float64{&m.ServerStealPct, &m.ServerOtherPct, &m.ServerIRQPct, &m.LoadStealPct, &m.LoadOtherPct, &m.ServerBusyPct}
 }
 
 // around runs f and returns, with f's error, the share of the CPUs the

@@ -111,3 +111,21 @@ func FuzzParseCPUStat(f *testing.F) {
 		}
 	})
 }
+
+// The report's machine line is each share's median over the rounds that
+// measured one.
+func TestMedianMachine(t *testing.T) {
+	if m := medianMachine([]*round{{}, {}}); m != nil {
+		t.Errorf("no round measured, got %+v", m)
+	}
+	rounds := []*round{
+		{Machine: &machineShare{ServerStealPct: 7.8, ServerOtherPct: 0, ServerIRQPct: 4.8, LoadStealPct: 8, LoadOtherPct: 1, ServerBusyPct: 40, pinned: true}},
+		{}, // not measured: left out
+		{Machine: &machineShare{ServerStealPct: 2.2, ServerOtherPct: 3, ServerIRQPct: 4.4, LoadStealPct: 2.3, LoadOtherPct: 0, ServerBusyPct: 38, pinned: true}},
+		{Machine: &machineShare{ServerStealPct: 1.4, ServerOtherPct: 1, ServerIRQPct: 4, LoadStealPct: 1.5, LoadOtherPct: 2, ServerBusyPct: 35, pinned: true}},
+	}
+	want := machineShare{ServerStealPct: 2.2, ServerOtherPct: 1, ServerIRQPct: 4.4, LoadStealPct: 2.3, LoadOtherPct: 1, ServerBusyPct: 38, pinned: true}
+	if got := medianMachine(rounds); got == nil || *got != want {
+		t.Errorf("median %+v, want %+v", got, want)
+	}
+}
