@@ -90,34 +90,43 @@ func eventEnd(b []byte) int {
 		if k < 0 {
 			return -1
 		}
-		i += k
-		c := b[i]
-		// Line end at i; its length is 1, or 2 for \r\n.
-		n := 1
-		if c == '\r' && i+1 < len(b) && b[i+1] == '\n' {
-			n = 2
-		} else if c == '\r' && i+1 == len(b) {
-			return -1 // cannot tell \r from \r\n yet
+		end, next := blankAfter(b, i+k)
+		if next < 0 {
+			return end
 		}
-		j := i + n
-		if j >= len(b) {
-			return -1
-		}
-		if b[j] == '\n' {
-			return j + 1
-		}
-		if b[j] == '\r' {
-			if j+1 < len(b) && b[j+1] == '\n' {
-				return j + 2
-			}
-			if j+1 == len(b) {
-				return -1
-			}
-			return j + 1
-		}
-		i = j
+		i = next
 	}
 	return -1
+}
+
+// blankAfter reads what follows the line end at b[i]: a blank line, whose
+// end ends the event (end, -1); the start of the next line (-1, next); or
+// too few bytes to tell (-1, -1).
+func blankAfter(b []byte, i int) (end, next int) {
+	// The line end's length is 1, or 2 for \r\n.
+	n := 1
+	if b[i] == '\r' && i+1 < len(b) && b[i+1] == '\n' {
+		n = 2
+	} else if b[i] == '\r' && i+1 == len(b) {
+		return -1, -1 // cannot tell \r from \r\n yet
+	}
+	j := i + n
+	if j >= len(b) {
+		return -1, -1
+	}
+	if b[j] == '\n' {
+		return j + 1, -1
+	}
+	if b[j] == '\r' {
+		if j+1 < len(b) && b[j+1] == '\n' {
+			return j + 2, -1
+		}
+		if j+1 == len(b) {
+			return -1, -1
+		}
+		return j + 1, -1
+	}
+	return -1, j
 }
 
 // lineEnd returns the index of the first \r or \n in b, or -1: two
