@@ -141,9 +141,9 @@ func BenchmarkSplitterPerChunk(b *testing.B) {
 }
 
 // eventEndByteLoop is eventEnd as it was before lineEnd, finding line ends
-// a byte at a time: the reference FuzzEventEnd holds it to. Fields changed only in finding
-// line ends with lineEnd instead of bytes.IndexAny, which the same target
-// compares directly.
+// a byte at a time: the reference FuzzEventEnd holds it to. Fields changed
+// only in finding line ends with lineEnd instead of bytes.IndexAny, which
+// the same target compares directly.
 func eventEndByteLoop(b []byte) int {
 	for i := 0; i < len(b); i++ {
 		if b[i] != '\n' && b[i] != '\r' {
