@@ -73,3 +73,63 @@ func BenchmarkLedgerStateAppendJSON(b *testing.B) {
 		_ = st.AppendJSON(make([]byte, 0, len(st.Key)+320))
 	}
 }
+
+func fullReservationState(ledgers []string, n int64, at time.Time) ReservationState {
+	return ReservationState{ID: uint64(n) * 2654435761, Ledgers: ledgers,
+		Want: Vector{Steps: n, Tokens: n + 1, InputTokens: n + 2, OutputTokens: n + 3, ToolCalls: n + 4, Cost: Money(n + 5)}, Expires: at}
+}
+
+// A hold's record is what json.Marshal writes: restores read it back with
+// the store's decoder.
+func TestReservationStateAppendJSONIsMarshal(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2027, 1, 15, 8, 0, 1, 500, time.UTC)
+	for name, st := range map[string]ReservationState{
+		"zero":      {},
+		"no ledger": {ID: 7, Ledgers: []string{}, Want: Vector{Steps: 1}, Expires: at},
+		"call":      {ID: 1 << 63, Ledgers: []string{"run:r-1", "team:t1:daily"}, Want: Vector{Steps: 1, Tokens: 1900, Cost: 9_500_000_000}, Expires: at},
+		"full":      fullReservationState([]string{"org:o"}, 86_400, at),
+		"escapes":   fullReservationState([]string{"team:<é\u2028\xff\"\\>", ""}, -3, at.In(time.FixedZone("x", -3600))),
+	} {
+		want, err := json.Marshal(st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := st.AppendJSON([]byte("prefix")); string(got) != "prefix"+string(want) {
+			t.Errorf("%s:\n got %s\nwant %s", name, got[len("prefix"):], want)
+		}
+	}
+	// Every field set, so that a field added and not written shows above.
+	full := reflect.ValueOf(fullReservationState([]string{"k"}, 1, at))
+	for i := range full.NumField() {
+		if full.Field(i).IsZero() {
+			t.Errorf("fullReservationState leaves %s zero", full.Type().Field(i).Name)
+		}
+	}
+}
+
+func FuzzReservationStateAppendJSON(f *testing.F) {
+	f.Add("run:r-1", "team:<\u2028\xff\"", int64(3), int64(1_800_000_000_123))
+	f.Add("", "", int64(0), int64(0))
+	f.Fuzz(func(t *testing.T, k1, k2 string, n, ns int64) {
+		st := fullReservationState([]string{k1, k2}, n, time.Unix(0, ns%(1<<62)).UTC())
+		want, err := json.Marshal(st)
+		if err != nil {
+			return
+		}
+		if got := st.AppendJSON(nil); string(got) != string(want) {
+			t.Fatalf("\n got %s\nwant %s", got, want)
+		}
+	})
+}
+
+// BenchmarkReservationStateAppendJSON is a call's hold, as trackReservation
+// writes it at every model call.
+func BenchmarkReservationStateAppendJSON(b *testing.B) {
+	st := ReservationState{ID: 1014, Ledgers: []string{"run:r0haltline-sat64-1014-2"}, Want: Vector{Steps: 1, Tokens: 1900},
+		Expires: time.Date(2026, 12, 1, 18, 5, 3, 123456789, time.UTC)}
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = st.AppendJSON(make([]byte, 0, 160))
+	}
+}

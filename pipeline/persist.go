@@ -300,9 +300,11 @@ func (p *Pipeline) trackReservation(t *Turn, g *governance, h *accounting.Hold) 
 	}
 	if st, ok := mb.HoldState(h); ok {
 		t.resKey = p.reservationKey(st.ID)
-		if v, err := encode(st); err == nil {
-			g.queue(store.Op{Bucket: store.Reservations, Key: t.resKey, Value: v})
+		size := 128
+		for _, k := range st.Ledgers {
+			size += len(k) + 3
 		}
+		g.queue(store.Op{Bucket: store.Reservations, Key: t.resKey, Value: st.AppendJSON(make([]byte, 0, size))})
 	}
 }
 
