@@ -53,27 +53,41 @@ func watchHangup(conn net.Conn, onClose func()) (stop func()) {
 // earlier is noticed when it starts.
 const hangupWatchDelay = 10 * time.Millisecond
 
-// watchHangupAfter is watchHangup started after delay, unless stop comes
-// first.
-func watchHangupAfter(conn net.Conn, delay time.Duration, onClose func()) (stop func()) {
-	var mu sync.Mutex
-	var stopWatch func()
-	stopped := false
-	timer := time.AfterFunc(delay, func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if !stopped {
-			stopWatch = watchHangup(conn, onClose)
-		}
-	})
-	return func() {
-		timer.Stop()
-		mu.Lock()
-		stopped = true
-		w := stopWatch
-		mu.Unlock()
-		if w != nil {
-			w()
-		}
+// watchHangupAfter is watchHangup started after delay, unless Stop comes
+// first. One struct holds what three captured variables and two closures
+// took at every call.
+func watchHangupAfter(conn net.Conn, delay time.Duration, onClose func()) *delayedWatch {
+	w := &delayedWatch{conn: conn, onClose: onClose}
+	w.timer = time.AfterFunc(delay, w.start)
+	return w
+}
+
+type delayedWatch struct {
+	conn    net.Conn
+	onClose func()
+	timer   *time.Timer
+	mu      sync.Mutex
+	stopped bool
+	stop    func() // the started watch's, once started
+}
+
+func (w *delayedWatch) start() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.stopped {
+		w.stop = watchHangup(w.conn, w.onClose)
+	}
+}
+
+// Stop ends the watch, or keeps it from starting; the connection can be
+// used again once it returns.
+func (w *delayedWatch) Stop() {
+	w.timer.Stop()
+	w.mu.Lock()
+	w.stopped = true
+	stop := w.stop
+	w.mu.Unlock()
+	if stop != nil {
+		stop()
 	}
 }

@@ -30,8 +30,8 @@ func tcpPair(t *testing.T) (server, client net.Conn) {
 func TestWatchHangupAfter(t *testing.T) {
 	server, client := tcpPair(t)
 	closed := make(chan struct{}, 1)
-	stop := watchHangupAfter(server, 20*time.Millisecond, func() { closed <- struct{}{} })
-	stop()
+	w := watchHangupAfter(server, 20*time.Millisecond, func() { closed <- struct{}{} })
+	w.Stop()
 	client.Close()
 	time.Sleep(60 * time.Millisecond)
 	select {
@@ -41,8 +41,8 @@ func TestWatchHangupAfter(t *testing.T) {
 	}
 
 	server, client = tcpPair(t)
-	stop = watchHangupAfter(server, 5*time.Millisecond, func() { closed <- struct{}{} })
-	defer stop()
+	w = watchHangupAfter(server, 5*time.Millisecond, func() { closed <- struct{}{} })
+	defer w.Stop()
 	time.Sleep(20 * time.Millisecond)
 	client.Close()
 	select {

@@ -73,7 +73,7 @@ func (s *Server) model(ctx *fasthttp.RequestCtx, codec wire.Codec, prov *config.
 
 	// The upstream call lives as long as the run allows (t.Ctx is cancelled
 	// on cancel or termination), the per-call timeout, and the client.
-	stopWatch := watchHangupAfter(ctx.Conn(), hangupWatchDelay, t.Abort)
+	watch := watchHangupAfter(ctx.Conn(), hangupWatchDelay, t.Abort)
 	// The run's trace context travels upstream as traceparent (copied
 	// with the agent's headers); a no-op when tracing is off.
 	s.p.Forwarding(t, func(k, v string) { h.Set(k, v) })
@@ -81,7 +81,7 @@ func (s *Server) model(ctx *fasthttp.RequestCtx, codec wire.Codec, prov *config.
 	up := s.fastFor(prov)
 	if up != nil && !t.Req.Stream {
 		s.relayBuffered(ctx, t, prov, up, start, received)
-		stopWatch()
+		watch.Stop()
 		return
 	}
 	var ans answer
@@ -94,14 +94,14 @@ func (s *Server) model(ctx *fasthttp.RequestCtx, codec wire.Codec, prov *config.
 	wait := time.Since(start)
 	firstByte := wait // the answer's headers are in
 	if err != nil {
-		stopWatch()
+		watch.Stop()
 		s.answerFinish(ctx, t, pipeline.Outcome{Err: err, UpstreamWait: wait}, received)
 		return
 	}
 	if ans.status < 200 || ans.status > 299 || !ans.eventStream {
 		body, rerr := readBounded(ans.body, s.o.Limits.MaxResponseBytes)
 		ans.body.Close()
-		stopWatch()
+		watch.Stop()
 		wait = time.Since(start)
 		if rerr != nil {
 			ans.free()
@@ -142,7 +142,7 @@ func (s *Server) model(ctx *fasthttp.RequestCtx, codec wire.Codec, prov *config.
 		},
 		done: func() {
 			ans.free()
-			stopWatch()
+			watch.Stop()
 			release()
 		},
 	}, -1)

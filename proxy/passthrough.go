@@ -38,14 +38,14 @@ func (s *Server) passThrough(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	callCtx, cancel := context.WithTimeout(context.Background(), s.o.Limits.UpstreamTimeout)
-	stopWatch := watchHangupAfter(ctx.Conn(), hangupWatchDelay, cancel)
+	watch := watchHangupAfter(ctx.Conn(), hangupWatchDelay, cancel)
 	var body io.Reader
 	if len(raw) > 0 {
 		body = bytes.NewReader(raw)
 	}
 	req, err := http.NewRequestWithContext(callCtx, string(ctx.Method()), url, body)
 	if err != nil {
-		stopWatch()
+		watch.Stop()
 		cancel()
 		writeAnswer(ctx, &pipeline.Answer{Status: 400, ContentType: "application/json",
 			Body: codec.ErrorBody(wire.ErrInvalidRequest, "bad request", nil)})
@@ -54,7 +54,7 @@ func (s *Server) passThrough(ctx *fasthttp.RequestCtx) {
 	upstreamHeaders(&ctx.Request.Header, prov, s.isAnthropic(prov), addHTTPHeader(req.Header))
 	resp, err := s.client.Do(req)
 	if err != nil {
-		stopWatch()
+		watch.Stop()
 		cancel()
 		kind := wire.ErrBadGateway
 		if callCtx.Err() == context.DeadlineExceeded {
@@ -69,7 +69,7 @@ func (s *Server) passThrough(ctx *fasthttp.RequestCtx) {
 	if isEventStream(resp.Header) {
 		ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
 			defer cancel()
-			defer stopWatch()
+			defer watch.Stop()
 			defer resp.Body.Close()
 			buf := make([]byte, 32<<10)
 			for {
@@ -88,7 +88,7 @@ func (s *Server) passThrough(ctx *fasthttp.RequestCtx) {
 	}
 	b, err := readBounded(resp.Body, s.o.Limits.MaxResponseBytes)
 	resp.Body.Close()
-	stopWatch()
+	watch.Stop()
 	cancel()
 	if err != nil {
 		ctx.Response.Reset()

@@ -201,10 +201,10 @@ func (tr *toolRoutes) passMCP(ctx *fasthttp.RequestCtx, t toolTarget, body []byt
 		writeRPC(ctx, 502, mcp.ErrorMessage(nil, mcp.CodeBadGateway, "cannot build the upstream request", nil))
 		return
 	}
-	stopWatch := watchHangupAfter(ctx.Conn(), hangupWatchDelay, cancel)
+	watch := watchHangupAfter(ctx.Conn(), hangupWatchDelay, cancel)
 	resp, err := tr.s.client.Do(req)
 	if err != nil {
-		stopWatch()
+		watch.Stop()
 		cancel()
 		writeRPC(ctx, 502, mcp.ErrorMessage(nil, mcp.CodeBadGateway, "MCP server unreachable", nil))
 		return
@@ -214,7 +214,7 @@ func (tr *toolRoutes) passMCP(ctx *fasthttp.RequestCtx, t toolTarget, body []byt
 	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
 		defer cancel()
 		defer resp.Body.Close()
-		defer stopWatch()
+		defer watch.Stop()
 		buf := make([]byte, 32<<10)
 		for {
 			n, err := resp.Body.Read(buf)
