@@ -112,7 +112,7 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Opt
 		cancel()
 		return nil, fmt.Errorf("restore from %s: %w", cfg.Store.DataDir, err)
 	}
-	go p.RunSweeper(bg, 5*time.Second)
+	go p.RunSweeper(bg, sweepEvery)
 
 	g := &Gateway{Pipeline: p, Policy: pol, Registry: reg, cancel: cancel, done: make(chan struct{}), store: st, obs: obs}
 	g.data = proxy.New(proxy.Options{
@@ -238,3 +238,10 @@ func openStore(c config.Store) (store.Store, accounting.Book, pipeline.RunLock, 
 	}
 	return st, accounting.NewMemBook(), nil, nil
 }
+
+// sweepEvery is the period of the pipeline's sweeper: ended runs leave
+// memory within it after their retention (pipeline.Options.EndedRetention),
+// and overdue runs end within it after their deadline. Each sweep visits
+// every run in memory twice (about 150 ns a run, BenchmarkEndedScan100k:
+// 30 ms for 100,000 runs), so a shorter period costs CPU at every load.
+const sweepEvery = 5 * time.Second

@@ -128,7 +128,10 @@ type Options struct {
 	// the model's window (a template: its Blob is set per run).
 	Context *contextmgr.Rewriter
 	// EndedRetention is how long an ended run stays in memory when a store
-	// holds it (default 30 s); later calls load it back.
+	// holds it (default 3 s, and up to a sweeper period more); later calls
+	// load it back. Kept short because every ended run in memory is heap
+	// the collector marks on each cycle: at saturation, 30 s of them were
+	// most of the live heap and doubled the collector's share of the CPU.
 	EndedRetention time.Duration
 	// StoreRetention is how long the store keeps a run after it ended
 	// (SweepStored); 0 keeps every run.
@@ -201,7 +204,7 @@ func New(o Options) *Pipeline {
 		o.Lease = 15 * time.Minute
 	}
 	if o.EndedRetention <= 0 {
-		o.EndedRetention = 30 * time.Second
+		o.EndedRetention = 3 * time.Second
 	}
 	p := &Pipeline{
 		opts: o, book: o.Book, runs: o.Runs, pol: o.Policy, catalog: o.Catalog, obs: o.Observer,

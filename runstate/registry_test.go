@@ -68,6 +68,31 @@ func BenchmarkLineageLookup100k(b *testing.B) {
 	b.ReportMetric(perRun, "heap-B/run") // after the loop: ResetTimer clears metrics
 }
 
+// BenchmarkEndedScan100k is one sweep's search for ended runs among
+// 100,000 runs in memory, a tenth of them ended: the sweeper pays it (and
+// the same again for overdue runs) every period, whatever the load.
+func BenchmarkEndedScan100k(b *testing.B) {
+	const n = 100_000
+	g := NewRegistry()
+	now := time.Now()
+	for i := range n {
+		r, _ := g.GetOrCreate(Identity{ID: fmt.Sprintf("r-%012d", i)})
+		r.Mu.Lock()
+		r.Transition(Deciding, now, "")
+		if i%10 == 0 {
+			r.Transition(Completed, now.Add(-time.Minute), "done")
+		}
+		r.Mu.Unlock()
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if got := g.Ended(now.Add(-time.Second)); len(got) != n/10 {
+			b.Fatalf("%d ended runs, want %d", len(got), n/10)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/run")
+}
+
 // Records sort newest first and match Since by time: RFC 3339 text drops
 // the fraction's trailing zeros, so a run created on a whole second sorted
 // as newer than every run later in that second.
