@@ -238,11 +238,11 @@ type saturation struct {
 
 // saturate doubles the number of closed-loop workers until throughput stops
 // growing: two levels in a row that do not beat the best by 3 % end it.
-func saturate(ctx context.Context, c *http.Client, t *target, mk func(string) *workload, maxConc int, step time.Duration) (saturation, error) {
+func saturate(ctx context.Context, c *http.Client, t *target, w *workload, maxConc int, step time.Duration) (saturation, error) {
 	var s saturation
 	flat := 0
 	for conc := 1; conc <= maxConc; conc *= 2 {
-		r, err := attack(ctx, c, t, mk("sat"+strconv.Itoa(conc)), 0, conc, step)
+		r, err := attack(ctx, c, t, w, 0, conc, step)
 		if err != nil {
 			return s, err
 		}

@@ -33,7 +33,10 @@
 // overlap. Explicit run ids were chosen over lineage-only continuation
 // because they keep the identification cost constant and the workload the
 // same for the three targets; lineage indexing still runs, since the gateway
-// indexes every answer.
+// indexes every answer. The runs in progress when a workload stops (at most
+// -slots: one per phase and target, and one per saturation search, whose
+// levels share a workload) stay unfinished, as an agent's that went away:
+// the gateway keeps them in memory until their deadline.
 package main
 
 import (

@@ -347,7 +347,12 @@ func measureRound(ctx context.Context, o options, c *http.Client, targets []*tar
 	var err error
 	rd.PhaseMachine[phaseSat], err = probe.around(out, phaseSat, func() error {
 		for _, t := range targets {
-			sat, err := saturate(ctx, c, t, func(name string) *workload { return wl(t, apiOpenAI, size2KB, false, name) }, o.satMax, o.satStep)
+			// One workload for every level: its runs go on from one level
+			// to the next, as a fixed-rate phase's go on across turns,
+			// instead of leaving up to -slots unfinished runs per level in
+			// the gateway (until their deadline), a heap that would be
+			// the harness's doing.
+			sat, err := saturate(ctx, c, t, wl(t, apiOpenAI, size2KB, false, "sat"), o.satMax, o.satStep)
 			rd.Targets[t.name].Saturation = sat
 			if err != nil {
 				return fmt.Errorf("%s: %w", t.name, err)
