@@ -50,23 +50,28 @@ func BenchmarkGatewayCall(b *testing.B) {
 		_ = g.Close(ctx)
 	}()
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, DisableCompression: true}}
-	system := bytes.Repeat([]byte("You are the order desk assistant. "), 50)
 	// parallel: 8 callers at once (throughput); one: a single caller
-	// (latency, compare with direct: the mock without the gateway).
+	// (latency, compare with direct: the mock without the gateway). The
+	// system prompt makes a 2 KB or a 200 KB request (the harness's two
+	// sizes).
 	for _, bc := range []struct {
 		name     string
 		stream   bool
 		parallel bool
 		base     string
+		repeat   int
 	}{
-		{"chat-2KB", false, true, "http://" + g.DataAddr},
-		{"chat-2KB-stream", true, true, "http://" + g.DataAddr},
-		{"chat-2KB-one", false, false, "http://" + g.DataAddr},
-		{"chat-2KB-one-direct", false, false, up.URL},
-		{"chat-2KB-stream-one", true, false, "http://" + g.DataAddr},
-		{"chat-2KB-stream-one-direct", true, false, up.URL},
+		{"chat-2KB", false, true, "http://" + g.DataAddr, 50},
+		{"chat-2KB-stream", true, true, "http://" + g.DataAddr, 50},
+		{"chat-2KB-one", false, false, "http://" + g.DataAddr, 50},
+		{"chat-2KB-one-direct", false, false, up.URL, 50},
+		{"chat-2KB-stream-one", true, false, "http://" + g.DataAddr, 50},
+		{"chat-2KB-stream-one-direct", true, false, up.URL, 50},
+		{"chat-200KB-one", false, false, "http://" + g.DataAddr, 6000},
+		{"chat-200KB-one-direct", false, false, up.URL, 6000},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
+			system := bytes.Repeat([]byte("You are the order desk assistant. "), bc.repeat)
 			body := fmt.Appendf(nil, `{"model":"gpt-4o-mini","stream":%t,"max_tokens":256,"messages":[{"role":"system","content":"%s"},{"role":"user","content":"What is the capital of Mexico?"}]}`, bc.stream, system)
 			var seq, overheadUs atomic.Int64
 			call := func() {
