@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -72,7 +73,7 @@ func newHostClient(u *url.URL, maxConns int, maxResponse int64) *fasthttp.HostCl
 		MaxIdleConnDuration:           30 * time.Second,
 		MaxResponseBodySize:           int(maxResponse),
 		ReadBufferSize:                16 << 10, // the providers' answer headers fit
-		WriteBufferSize:               16 << 10,
+		WriteBufferSize:               upstreamWriteBuffer,
 		NoDefaultUserAgentHeader:      true,
 		DisablePathNormalizing:        true,
 		DisableHeaderNamesNormalizing: false,
@@ -178,10 +179,7 @@ func (ctxTransport) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, re
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
 
 	bw := hc.AcquireWriter(conn)
-	err = req.Write(bw)
-	if err == nil {
-		err = bw.Flush()
-	}
+	err = writeRequest(conn, req, bw)
 	hc.ReleaseWriter(bw)
 	wrote := err == nil
 	if err == nil {
@@ -221,13 +219,58 @@ func deadFromStart(err error, wrote bool) bool {
 	return !wrote || err == io.EOF
 }
 
+// upstreamWriteBuffer is the size of the buffered writer a request is
+// written through: the headers and a small body go out in one write.
+const upstreamWriteBuffer = 16 << 10
+
+// writeRequest writes req to conn through bw, its buffered writer, in one
+// system call when conn is a plain TCP one (an upstreamConn with rawIO):
+// a body larger than the buffer went out in two writes, the buffer's
+// first 16 KB then the rest (bufio's large-write path), and each woke the
+// provider's reader, which on a shared core also meant a switch to it and
+// back. The pieces bw hands over while the request is written are held
+// (gather) and go out with the last one in one writev.
+func writeRequest(conn net.Conn, req *fasthttp.Request, bw *bufio.Writer) error {
+	uc, _ := conn.(*upstreamConn) // not under TLS: its records are its own buffer's
+	if uc == nil || uc.raw == nil {
+		if err := req.Write(bw); err != nil {
+			return err
+		}
+		return bw.Flush()
+	}
+	uc.gathering, uc.heldAbove = true, bw.Size()
+	err := req.Write(bw)
+	uc.gathering = false
+	if err == nil {
+		err = bw.Flush() // the last piece takes the held ones with it
+	}
+	if err == nil && len(uc.held) > 0 {
+		_, err = uc.writeHeld(nil) // the body ended on the buffer's edge
+	}
+	uc.dropHeld()
+	return err
+}
+
 // upstreamConn counts the calls a pooled connection carried; its reads
 // and writes are raw system calls (rawIO) when it is a TCP connection.
 type upstreamConn struct {
 	net.Conn
 	raw  *rawIO
 	used bool
+
+	// While a request is written (writeRequest), its pieces are held.
+	// One no longer than the writer's buffer (heldAbove) is the buffer
+	// itself, reused as soon as Write returns: held as a copy, in copied.
+	// A longer one is the caller's own bytes (bufio writes those
+	// directly), which stay as they are until the request is written:
+	// held as they are.
+	gathering bool
+	heldAbove int
+	held      [][]byte
+	copied    *[]byte // from heldCopies
 }
+
+var heldCopies = sync.Pool{New: func() any { b := make([]byte, 0, upstreamWriteBuffer); return &b }}
 
 func (c *upstreamConn) Read(p []byte) (int, error) {
 	if c.raw != nil {
@@ -237,10 +280,55 @@ func (c *upstreamConn) Read(p []byte) (int, error) {
 }
 
 func (c *upstreamConn) Write(p []byte) (int, error) {
-	if c.raw != nil {
-		return c.raw.Write(p)
+	switch {
+	case c.raw == nil:
+		return c.Conn.Write(p)
+	case c.gathering:
+		c.hold(p)
+		return len(p), nil
+	case len(c.held) > 0:
+		return c.writeHeld(p)
 	}
-	return c.Conn.Write(p)
+	return c.raw.Write(p)
+}
+
+func (c *upstreamConn) hold(p []byte) {
+	if len(p) > c.heldAbove {
+		c.held = append(c.held, p)
+		return
+	}
+	if c.copied == nil {
+		c.copied = heldCopies.Get().(*[]byte)
+	}
+	start := len(*c.copied)
+	*c.copied = append(*c.copied, p...)
+	c.held = append(c.held, (*c.copied)[start:])
+}
+
+// writeHeld writes the held pieces, then p, in one writev.
+func (c *upstreamConn) writeHeld(p []byte) (int, error) {
+	bufs := c.held
+	if len(p) > 0 {
+		bufs = append(bufs, p)
+	}
+	_, err := c.raw.Writev(bufs)
+	c.dropHeld()
+	if err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// dropHeld forgets the held pieces (a pooled connection must not keep a
+// request's body alive) and returns the copies' buffer.
+func (c *upstreamConn) dropHeld() {
+	clear(c.held[:cap(c.held)]) // writeHeld's last piece too
+	c.held = c.held[:0]
+	if c.copied != nil {
+		*c.copied = (*c.copied)[:0]
+		heldCopies.Put(c.copied)
+		c.copied = nil
+	}
 }
 
 // markUsed marks conn as carrying a call and reports whether it carried one

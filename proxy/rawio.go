@@ -31,7 +31,9 @@ type rawIO struct {
 type rawHalf struct {
 	mu    sync.Mutex
 	fn    func(fd uintptr) bool
+	fnv   func(fd uintptr) bool // the writer's writev
 	buf   []byte
+	bufs  [][]byte // writev's pieces not yet written
 	n     int
 	errno syscall.Errno
 }
@@ -50,6 +52,7 @@ func newRawIO(c net.Conn) *rawIO {
 	r := &rawIO{rc: rc, conn: c}
 	r.r.fn = r.r.read
 	r.w.fn = r.w.write
+	r.w.fnv = r.w.writev
 	return r
 }
 
@@ -91,6 +94,49 @@ func (h *rawHalf) write(fd uintptr) bool {
 	return true
 }
 
+// maxGather bounds the pieces of one writev: a request's buffered head,
+// its body, the buffer's last bytes.
+const maxGather = 4
+
+// writev is writev(2)s until bufs are written; false asks the poller to
+// wait.
+func (h *rawHalf) writev(fd uintptr) bool {
+	for len(h.bufs) > 0 {
+		var iov [maxGather]syscall.Iovec
+		n := 0
+		for _, b := range h.bufs[:min(len(h.bufs), maxGather)] {
+			iov[n].Base = unsafe.SliceData(b)
+			iov[n].SetLen(len(b))
+			n++
+		}
+		w, _, e := syscall.RawSyscall(syscall.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&iov[0])), uintptr(n))
+		switch e {
+		case 0:
+			h.n += int(w)
+			h.bufs = consumed(h.bufs, int(w))
+		case syscall.EINTR:
+		case syscall.EAGAIN:
+			return false // park until writable
+		default:
+			h.errno = e
+			return true
+		}
+	}
+	return true
+}
+
+// consumed drops the first n bytes of bufs.
+func consumed(bufs [][]byte, n int) [][]byte {
+	for len(bufs) > 0 && n >= len(bufs[0]) {
+		n -= len(bufs[0])
+		bufs = bufs[1:]
+	}
+	if len(bufs) > 0 {
+		bufs[0] = bufs[0][n:]
+	}
+	return bufs
+}
+
 // do runs h's system call on p through the poller (RawConn's Read or
 // Write): the bytes it moved, and net.Conn's error.
 func (r *rawIO) do(h *rawHalf, p []byte, write bool) (int, error) {
@@ -104,8 +150,13 @@ func (r *rawIO) do(h *rawHalf, p []byte, write bool) (int, error) {
 	} else {
 		err = r.rc.Read(h.fn)
 	}
+	return r.done(h, op, err)
+}
+
+// done ends do or Writev: h's result as net.Conn's, h unlocked.
+func (r *rawIO) done(h *rawHalf, op string, err error) (int, error) {
 	n, e := h.n, h.errno
-	h.buf = nil
+	h.buf, h.bufs = nil, nil
 	h.mu.Unlock()
 	switch {
 	case err != nil:
@@ -130,6 +181,16 @@ func (r *rawIO) Read(p []byte) (int, error) {
 
 // Write is net.Conn's Write: all of p, or an error.
 func (r *rawIO) Write(p []byte) (int, error) { return r.do(&r.w, p, true) }
+
+// Writev writes the pieces in order, as one write of their concatenation
+// would (net.Buffers' WriteTo, without the scheduler's system call): all
+// of them, or an error. It may change bufs' elements.
+func (r *rawIO) Writev(bufs [][]byte) (int, error) {
+	h := &r.w
+	h.mu.Lock()
+	h.bufs, h.n, h.errno = bufs, 0, 0
+	return r.done(h, "write", r.rc.Write(h.fnv))
+}
 
 // opError wraps err as net.Conn's methods do; the poller's own errors
 // (a deadline, a closed connection) come wrapped by RawConn, and are

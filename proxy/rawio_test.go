@@ -1,14 +1,17 @@
 package proxy
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"io"
 	"net"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/valyala/fasthttp"
 	"golang.org/x/net/nettest"
 )
 
@@ -154,5 +157,154 @@ func TestRawConnDoesNotAllocate(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Fatalf("%.1f allocations a write and read, want 0", allocs)
+	}
+}
+
+// A request goes to a plain TCP upstream as the bytes fasthttp writes,
+// whatever its body's size against the writer's buffer: empty, small, up
+// to the buffer's edge, one byte over, ending exactly on a second
+// buffer's edge, large, larger than the socket buffers (writev resumed
+// after a partial write). Nothing of it is held afterwards.
+func TestWriteRequestGathersTheBody(t *testing.T) {
+	c1, c2, stop, err := rawPipe(func(c net.Conn) net.Conn { return &upstreamConn{Conn: c, raw: newRawIO(c)} })()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	uc := c1.(*upstreamConn)
+	head := func(body []byte) int { // the bytes before the body
+		var b bytes.Buffer
+		req := newTestRequest(body)
+		w := bufio.NewWriter(&b)
+		_ = req.Write(w)
+		_ = w.Flush()
+		return b.Len() - len(body)
+	}
+	h := head(nil)
+	for _, size := range []int{0, 100, upstreamWriteBuffer - h, upstreamWriteBuffer - h + 1,
+		2*upstreamWriteBuffer - h, 3*upstreamWriteBuffer + 7, 200 << 10, 4 << 20} {
+		body := bytes.Repeat([]byte("0123456789abcdef"), size/16+1)[:size]
+		var want bytes.Buffer
+		w := bufio.NewWriterSize(&want, upstreamWriteBuffer)
+		if err := newTestRequest(body).Write(w); err != nil {
+			t.Fatal(err)
+		}
+		_ = w.Flush()
+		got := make(chan []byte)
+		go func() {
+			b := make([]byte, want.Len())
+			n, _ := io.ReadFull(c2, b)
+			got <- b[:n]
+		}()
+		bw := bufio.NewWriterSize(c1, upstreamWriteBuffer)
+		if err := writeRequest(c1, newTestRequest(body), bw); err != nil {
+			t.Fatalf("body of %d bytes: %v", size, err)
+		}
+		if b := <-got; !bytes.Equal(b, want.Bytes()) {
+			t.Fatalf("body of %d bytes: the upstream read %d bytes, not the %d fasthttp writes", size, len(b), want.Len())
+		}
+		if len(uc.held) != 0 || uc.copied != nil || uc.gathering {
+			t.Fatalf("body of %d bytes: %d pieces still held", size, len(uc.held))
+		}
+	}
+}
+
+func newTestRequest(body []byte) *fasthttp.Request {
+	req := &fasthttp.Request{}
+	req.Header.SetMethod("POST")
+	req.SetRequestURI("http://127.0.0.1/v1/chat/completions")
+	req.Header.Set("Content-Type", "application/json")
+	req.SetBodyRaw(body)
+	return req
+}
+
+func TestConsumed(t *testing.T) {
+	for _, tc := range []struct {
+		bufs []string
+		n    int
+		want []string
+	}{
+		{[]string{"ab", "cd"}, 0, []string{"ab", "cd"}},
+		{[]string{"ab", "cd"}, 1, []string{"b", "cd"}},
+		{[]string{"ab", "cd"}, 2, []string{"cd"}},
+		{[]string{"ab", "cd"}, 3, []string{"d"}},
+		{[]string{"ab", "cd"}, 4, []string{}},
+		{[]string{"", "ab", ""}, 2, []string{}},
+		{[]string{"", "ab"}, 0, []string{"ab"}},
+	} {
+		var bufs [][]byte
+		for _, s := range tc.bufs {
+			bufs = append(bufs, []byte(s))
+		}
+		var got []string
+		for _, b := range consumed(bufs, tc.n) {
+			got = append(got, string(b))
+		}
+		if strings.Join(got, "|") != strings.Join(tc.want, "|") || len(got) != len(tc.want) {
+			t.Errorf("consumed(%q, %d) = %q, want %q", tc.bufs, tc.n, got, tc.want)
+		}
+	}
+}
+
+// Writev writes more pieces than one writev(2) takes, in order.
+func TestRawWritevManyPieces(t *testing.T) {
+	c1, c2, stop, err := rawPipe(func(c net.Conn) net.Conn { return &upstreamConn{Conn: c, raw: newRawIO(c)} })()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	var bufs [][]byte
+	var want []byte
+	for i := range 3*maxGather + 1 {
+		p := bytes.Repeat([]byte{byte('a' + i)}, 1000*i)
+		bufs = append(bufs, p)
+		want = append(want, p...)
+	}
+	got := make(chan []byte)
+	go func() {
+		b := make([]byte, len(want))
+		n, _ := io.ReadFull(c2, b)
+		got <- b[:n]
+	}()
+	if n, err := c1.(*upstreamConn).raw.Writev(bufs); err != nil || n != len(want) {
+		t.Fatalf("writev: %d, %v; want %d", n, err, len(want))
+	}
+	if b := <-got; !bytes.Equal(b, want) {
+		t.Fatalf("read %d bytes, not the %d written in order", len(b), len(want))
+	}
+}
+
+// BenchmarkWriteRequest200KB writes a 200 KB request to a plain TCP
+// upstream whose reader drains it in another goroutine: gathered (one
+// writev) against fasthttp's own writes (the buffer's first 16 KB, then
+// the rest).
+func BenchmarkWriteRequest200KB(b *testing.B) {
+	body := bytes.Repeat([]byte("You are the order desk assistant. "), 6000)
+	for _, gather := range []bool{true, false} {
+		name := "gathered"
+		if !gather {
+			name = "two-writes"
+		}
+		b.Run(name, func(b *testing.B) {
+			c1, c2, stop, err := rawPipe(func(c net.Conn) net.Conn { return &upstreamConn{Conn: c, raw: newRawIO(c)} })()
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer stop()
+			go func() { _, _ = io.Copy(io.Discard, c2) }()
+			req := newTestRequest(body)
+			bw := bufio.NewWriterSize(c1, upstreamWriteBuffer)
+			b.SetBytes(int64(len(body)))
+			for b.Loop() {
+				if gather {
+					err = writeRequest(c1, req, bw)
+				} else if err = req.Write(bw); err == nil {
+					err = bw.Flush()
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
