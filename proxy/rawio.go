@@ -30,10 +30,10 @@ type rawIO struct {
 // concurrent calls.
 type rawHalf struct {
 	mu    sync.Mutex
-	fn    func(fd uintptr) bool
-	fnv   func(fd uintptr) bool // the writer's writev
-	buf   []byte
-	bufs  [][]byte // writev's pieces not yet written
+	fn    func(fd uintptr) bool // read, or writev
+	buf   []byte                // what read fills
+	bufs  [][]byte              // what writev has still to write
+	one   [1][]byte             // bufs of a Write
 	n     int
 	errno syscall.Errno
 }
@@ -51,8 +51,7 @@ func newRawIO(c net.Conn) *rawIO {
 	}
 	r := &rawIO{rc: rc, conn: c}
 	r.r.fn = r.r.read
-	r.w.fn = r.w.write
-	r.w.fnv = r.w.writev
+	r.w.fn = r.w.writev
 	return r
 }
 
@@ -75,31 +74,12 @@ func (h *rawHalf) read(fd uintptr) bool {
 	}
 }
 
-// write is write(2)s until buf is written; false asks the poller to wait.
-func (h *rawHalf) write(fd uintptr) bool {
-	for h.n < len(h.buf) {
-		rest := h.buf[h.n:]
-		n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(unsafe.SliceData(rest))), uintptr(len(rest)))
-		switch e {
-		case 0:
-			h.n += int(n)
-		case syscall.EINTR:
-		case syscall.EAGAIN:
-			return false // park until writable
-		default:
-			h.errno = e
-			return true
-		}
-	}
-	return true
-}
-
 // maxGather bounds the pieces of one writev: a request's buffered head,
 // its body, the buffer's last bytes.
 const maxGather = 4
 
 // writev is writev(2)s until bufs are written; false asks the poller to
-// wait.
+// wait. A Write is a writev of one piece: the kernel's path for write(2).
 func (h *rawHalf) writev(fd uintptr) bool {
 	for len(h.bufs) > 0 {
 		var iov [maxGather]syscall.Iovec
@@ -141,13 +121,16 @@ func consumed(bufs [][]byte, n int) [][]byte {
 // Write): the bytes it moved, and net.Conn's error.
 func (r *rawIO) do(h *rawHalf, p []byte, write bool) (int, error) {
 	h.mu.Lock()
-	h.buf, h.n, h.errno = p, 0, 0
+	h.n, h.errno = 0, 0
 	var err error
 	op := "read"
 	if write {
 		op = "write"
+		h.one[0] = p
+		h.bufs = h.one[:]
 		err = r.rc.Write(h.fn)
 	} else {
+		h.buf = p
 		err = r.rc.Read(h.fn)
 	}
 	return r.done(h, op, err)
@@ -156,7 +139,7 @@ func (r *rawIO) do(h *rawHalf, p []byte, write bool) (int, error) {
 // done ends do or Writev: h's result as net.Conn's, h unlocked.
 func (r *rawIO) done(h *rawHalf, op string, err error) (int, error) {
 	n, e := h.n, h.errno
-	h.buf, h.bufs = nil, nil
+	h.buf, h.bufs, h.one[0] = nil, nil, nil
 	h.mu.Unlock()
 	switch {
 	case err != nil:
@@ -189,7 +172,7 @@ func (r *rawIO) Writev(bufs [][]byte) (int, error) {
 	h := &r.w
 	h.mu.Lock()
 	h.bufs, h.n, h.errno = bufs, 0, 0
-	return r.done(h, "write", r.rc.Write(h.fnv))
+	return r.done(h, "write", r.rc.Write(h.fn))
 }
 
 // opError wraps err as net.Conn's methods do; the poller's own errors
