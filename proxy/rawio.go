@@ -81,7 +81,8 @@ const maxGather = 4
 // writev is writev(2)s until bufs are written; false asks the poller to
 // wait. A Write is a writev of one piece: the kernel's path for write(2).
 func (h *rawHalf) writev(fd uintptr) bool {
-	for len(h.bufs) > 0 {
+	// Empty pieces ahead are skipped: an empty Write makes no system call.
+	for h.bufs = consumed(h.bufs, 0); len(h.bufs) > 0; {
 		var iov [maxGather]syscall.Iovec
 		n := 0
 		for _, b := range h.bufs[:min(len(h.bufs), maxGather)] {

@@ -272,6 +272,13 @@ func TestRawWritevManyPieces(t *testing.T) {
 	if b := <-got; !bytes.Equal(b, want) {
 		t.Fatalf("read %d bytes, not the %d written in order", len(b), len(want))
 	}
+	// Nothing to write: no system call, no error.
+	if n, err := c1.(*upstreamConn).raw.Writev([][]byte{nil, {}}); n != 0 || err != nil {
+		t.Fatalf("writev of empty pieces: %d, %v", n, err)
+	}
+	if n, err := c1.Write(nil); n != 0 || err != nil {
+		t.Fatalf("empty write: %d, %v", n, err)
+	}
 }
 
 // BenchmarkWriteRequest200KB writes a 200 KB request to a plain TCP
