@@ -229,10 +229,13 @@ const upstreamWriteBuffer = 16 << 10
 // first 16 KB then the rest (bufio's large-write path), and each woke the
 // provider's reader, which on a shared core also meant a switch to it and
 // back. The pieces bw hands over while the request is written are held
-// (gather) and go out with the last one in one writev.
+// (gather) and go out with the last one in one writev: the headers (and
+// the body's head) in bw's buffer, copied, and the body's bytes as they
+// are. A streamed body is written as before: its pieces come through a
+// copy buffer of fasthttp's, and as many as the body is long.
 func writeRequest(conn net.Conn, req *fasthttp.Request, bw *bufio.Writer) error {
 	uc, _ := conn.(*upstreamConn) // not under TLS: its records are its own buffer's
-	if uc == nil || uc.raw == nil {
+	if uc == nil || uc.raw == nil || req.IsBodyStream() {
 		if err := req.Write(bw); err != nil {
 			return err
 		}
@@ -261,9 +264,8 @@ type upstreamConn struct {
 	// While a request is written (writeRequest), its pieces are held.
 	// One no longer than the writer's buffer (heldAbove) is the buffer
 	// itself, reused as soon as Write returns: held as a copy, in copied.
-	// A longer one is the caller's own bytes (bufio writes those
-	// directly), which stay as they are until the request is written:
-	// held as they are.
+	// A longer one is the request's body (bufio writes those directly),
+	// which stays as it is until the request is written: held as it is.
 	gathering bool
 	heldAbove int
 	held      [][]byte

@@ -209,6 +209,51 @@ func TestWriteRequestGathersTheBody(t *testing.T) {
 	}
 }
 
+// A streamed body (its pieces as many as it is long, through fasthttp's
+// copy buffer) is written as before, nothing held: intact.
+func TestWriteRequestStreamedBody(t *testing.T) {
+	c1, c2, stop, err := rawPipe(func(c net.Conn) net.Conn { return &upstreamConn{Conn: c, raw: newRawIO(c)} })()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	uc := c1.(*upstreamConn)
+	body := bytes.Repeat([]byte("0123456789abcdef"), 1<<16) // 1 MiB
+	stream := func() *fasthttp.Request {
+		req := newTestRequest(nil)
+		// Only a Reader: a WriterTo would hand the body over in one piece.
+		req.SetBodyStream(struct{ io.Reader }{bytes.NewReader(body)}, len(body))
+		return req
+	}
+	var want bytes.Buffer
+	w := bufio.NewWriterSize(&want, upstreamWriteBuffer)
+	if err := stream().Write(w); err != nil {
+		t.Fatal(err)
+	}
+	_ = w.Flush()
+	got := make(chan []byte)
+	go func() {
+		b := make([]byte, want.Len())
+		n, _ := io.ReadFull(c2, b)
+		got <- b[:n]
+	}()
+	most := 0 // the most pieces held after a write
+	bw := bufio.NewWriterSize(writerFunc(func(p []byte) (int, error) {
+		n, err := uc.Write(p)
+		most = max(most, len(uc.held))
+		return n, err
+	}), upstreamWriteBuffer)
+	if err := writeRequest(uc, stream(), bw); err != nil {
+		t.Fatal(err)
+	}
+	if b := <-got; !bytes.Equal(b, want.Bytes()) {
+		t.Fatalf("the upstream read %d bytes, not the %d fasthttp writes", len(b), want.Len())
+	}
+	if most > 0 {
+		t.Fatalf("%d pieces of a streamed body held", most)
+	}
+}
+
 func newTestRequest(body []byte) *fasthttp.Request {
 	req := &fasthttp.Request{}
 	req.Header.SetMethod("POST")
