@@ -166,42 +166,19 @@ func TestRawConnDoesNotAllocate(t *testing.T) {
 // buffer's edge, large, larger than the socket buffers (writev resumed
 // after a partial write). Nothing of it is held afterwards.
 func TestWriteRequestGathersTheBody(t *testing.T) {
-	c1, c2, stop, err := rawPipe(func(c net.Conn) net.Conn { return &upstreamConn{Conn: c, raw: newRawIO(c)} })()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
-	uc := c1.(*upstreamConn)
-	head := func(body []byte) int { // the bytes before the body
-		var b bytes.Buffer
-		req := newTestRequest(body)
-		w := bufio.NewWriter(&b)
-		_ = req.Write(w)
-		_ = w.Flush()
-		return b.Len() - len(body)
-	}
-	h := head(nil)
+	uc, c2 := upstreamPair(t)
+	h := len(fasthttpBytes(t, newTestRequest(nil))) // the bytes before a body
 	for _, size := range []int{0, 100, upstreamWriteBuffer - h, upstreamWriteBuffer - h + 1,
 		2*upstreamWriteBuffer - h, 3*upstreamWriteBuffer + 7, 200 << 10, 4 << 20} {
 		body := bytes.Repeat([]byte("0123456789abcdef"), size/16+1)[:size]
-		var want bytes.Buffer
-		w := bufio.NewWriterSize(&want, upstreamWriteBuffer)
-		if err := newTestRequest(body).Write(w); err != nil {
-			t.Fatal(err)
-		}
-		_ = w.Flush()
-		got := make(chan []byte)
-		go func() {
-			b := make([]byte, want.Len())
-			n, _ := io.ReadFull(c2, b)
-			got <- b[:n]
-		}()
-		bw := bufio.NewWriterSize(c1, upstreamWriteBuffer)
-		if err := writeRequest(c1, newTestRequest(body), bw); err != nil {
+		want := fasthttpBytes(t, newTestRequest(body))
+		got := readN(c2, len(want))
+		bw := bufio.NewWriterSize(uc, upstreamWriteBuffer)
+		if err := writeRequest(uc, newTestRequest(body), bw); err != nil {
 			t.Fatalf("body of %d bytes: %v", size, err)
 		}
-		if b := <-got; !bytes.Equal(b, want.Bytes()) {
-			t.Fatalf("body of %d bytes: the upstream read %d bytes, not the %d fasthttp writes", size, len(b), want.Len())
+		if b := <-got; !bytes.Equal(b, want) {
+			t.Fatalf("body of %d bytes: the upstream read %d bytes, not the %d fasthttp writes", size, len(b), len(want))
 		}
 		if len(uc.held) != 0 || uc.copied != nil || uc.gathering {
 			t.Fatalf("body of %d bytes: %d pieces still held", size, len(uc.held))
@@ -212,12 +189,7 @@ func TestWriteRequestGathersTheBody(t *testing.T) {
 // A streamed body (its pieces as many as it is long, through fasthttp's
 // copy buffer) is written as before, nothing held: intact.
 func TestWriteRequestStreamedBody(t *testing.T) {
-	c1, c2, stop, err := rawPipe(func(c net.Conn) net.Conn { return &upstreamConn{Conn: c, raw: newRawIO(c)} })()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
-	uc := c1.(*upstreamConn)
+	uc, c2 := upstreamPair(t)
 	body := bytes.Repeat([]byte("0123456789abcdef"), 1<<16) // 1 MiB
 	stream := func() *fasthttp.Request {
 		req := newTestRequest(nil)
@@ -225,18 +197,8 @@ func TestWriteRequestStreamedBody(t *testing.T) {
 		req.SetBodyStream(struct{ io.Reader }{bytes.NewReader(body)}, len(body))
 		return req
 	}
-	var want bytes.Buffer
-	w := bufio.NewWriterSize(&want, upstreamWriteBuffer)
-	if err := stream().Write(w); err != nil {
-		t.Fatal(err)
-	}
-	_ = w.Flush()
-	got := make(chan []byte)
-	go func() {
-		b := make([]byte, want.Len())
-		n, _ := io.ReadFull(c2, b)
-		got <- b[:n]
-	}()
+	want := fasthttpBytes(t, stream())
+	got := readN(c2, len(want))
 	most := 0 // the most pieces held after a write
 	bw := bufio.NewWriterSize(writerFunc(func(p []byte) (int, error) {
 		n, err := uc.Write(p)
@@ -246,12 +208,51 @@ func TestWriteRequestStreamedBody(t *testing.T) {
 	if err := writeRequest(uc, stream(), bw); err != nil {
 		t.Fatal(err)
 	}
-	if b := <-got; !bytes.Equal(b, want.Bytes()) {
-		t.Fatalf("the upstream read %d bytes, not the %d fasthttp writes", len(b), want.Len())
+	if b := <-got; !bytes.Equal(b, want) {
+		t.Fatalf("the upstream read %d bytes, not the %d fasthttp writes", len(b), len(want))
 	}
 	if most > 0 {
 		t.Fatalf("%d pieces of a streamed body held", most)
 	}
+}
+
+// upstreamPair is a dialed upstream connection with raw I/O and the
+// server's end of it, closed when the test ends.
+func upstreamPair(t *testing.T) (*upstreamConn, net.Conn) {
+	t.Helper()
+	c1, c2, stop, err := rawPipe(func(c net.Conn) net.Conn { return &upstreamConn{Conn: c, raw: newRawIO(c)} })()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	return c1.(*upstreamConn), c2
+}
+
+// fasthttpBytes is what fasthttp writes of req through a buffer of the
+// upstream writer's size.
+func fasthttpBytes(t *testing.T, req *fasthttp.Request) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	w := bufio.NewWriterSize(&b, upstreamWriteBuffer)
+	if err := req.Write(w); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// readN returns the next n bytes read from c (fewer if it fails), read in
+// the background.
+func readN(c net.Conn, n int) <-chan []byte {
+	got := make(chan []byte, 1)
+	go func() {
+		b := make([]byte, n)
+		m, _ := io.ReadFull(c, b)
+		got <- b[:m]
+	}()
+	return got
 }
 
 func newTestRequest(body []byte) *fasthttp.Request {
@@ -293,11 +294,7 @@ func TestConsumed(t *testing.T) {
 
 // Writev writes more pieces than one writev(2) takes, in order.
 func TestRawWritevManyPieces(t *testing.T) {
-	c1, c2, stop, err := rawPipe(func(c net.Conn) net.Conn { return &upstreamConn{Conn: c, raw: newRawIO(c)} })()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
+	uc, c2 := upstreamPair(t)
 	var bufs [][]byte
 	var want []byte
 	for i := range 3*maxGather + 1 {
@@ -305,23 +302,18 @@ func TestRawWritevManyPieces(t *testing.T) {
 		bufs = append(bufs, p)
 		want = append(want, p...)
 	}
-	got := make(chan []byte)
-	go func() {
-		b := make([]byte, len(want))
-		n, _ := io.ReadFull(c2, b)
-		got <- b[:n]
-	}()
-	if n, err := c1.(*upstreamConn).raw.Writev(bufs); err != nil || n != len(want) {
+	got := readN(c2, len(want))
+	if n, err := uc.raw.Writev(bufs); err != nil || n != len(want) {
 		t.Fatalf("writev: %d, %v; want %d", n, err, len(want))
 	}
 	if b := <-got; !bytes.Equal(b, want) {
 		t.Fatalf("read %d bytes, not the %d written in order", len(b), len(want))
 	}
 	// Nothing to write: no system call, no error.
-	if n, err := c1.(*upstreamConn).raw.Writev([][]byte{nil, {}}); n != 0 || err != nil {
+	if n, err := uc.raw.Writev([][]byte{nil, {}}); n != 0 || err != nil {
 		t.Fatalf("writev of empty pieces: %d, %v", n, err)
 	}
-	if n, err := c1.Write(nil); n != 0 || err != nil {
+	if n, err := uc.Write(nil); n != 0 || err != nil {
 		t.Fatalf("empty write: %d, %v", n, err)
 	}
 }
