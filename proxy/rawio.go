@@ -118,26 +118,8 @@ func consumed(bufs [][]byte, n int) [][]byte {
 	return bufs
 }
 
-// do runs h's system call on p through the poller (RawConn's Read or
-// Write): the bytes it moved, and net.Conn's error.
-func (r *rawIO) do(h *rawHalf, p []byte, write bool) (int, error) {
-	h.mu.Lock()
-	h.n, h.errno = 0, 0
-	var err error
-	op := "read"
-	if write {
-		op = "write"
-		h.one[0] = p
-		h.bufs = h.one[:]
-		err = r.rc.Write(h.fn)
-	} else {
-		h.buf = p
-		err = r.rc.Read(h.fn)
-	}
-	return r.done(h, op, err)
-}
-
-// done ends do or Writev: h's result as net.Conn's, h unlocked.
+// done ends a read or a write through the poller (RawConn's Read or
+// Write, err): the bytes moved, and net.Conn's error, h unlocked.
 func (r *rawIO) done(h *rawHalf, op string, err error) (int, error) {
 	n, e := h.n, h.errno
 	h.buf, h.bufs, h.one[0] = nil, nil, nil
@@ -156,7 +138,10 @@ func (r *rawIO) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	n, err := r.do(&r.r, p, false)
+	h := &r.r
+	h.mu.Lock()
+	h.buf, h.n, h.errno = p, 0, 0
+	n, err := r.done(h, "read", r.rc.Read(h.fn))
 	if err == nil && n == 0 {
 		return 0, io.EOF
 	}
@@ -164,7 +149,12 @@ func (r *rawIO) Read(p []byte) (int, error) {
 }
 
 // Write is net.Conn's Write: all of p, or an error.
-func (r *rawIO) Write(p []byte) (int, error) { return r.do(&r.w, p, true) }
+func (r *rawIO) Write(p []byte) (int, error) {
+	h := &r.w
+	h.mu.Lock()
+	h.one[0] = p
+	return r.writev(h, h.one[:])
+}
 
 // Writev writes the pieces in order, as one write of their concatenation
 // would (net.Buffers' WriteTo, without the scheduler's system call): all
@@ -172,6 +162,11 @@ func (r *rawIO) Write(p []byte) (int, error) { return r.do(&r.w, p, true) }
 func (r *rawIO) Writev(bufs [][]byte) (int, error) {
 	h := &r.w
 	h.mu.Lock()
+	return r.writev(h, bufs)
+}
+
+// writev runs the writer's writev on bufs; h is locked.
+func (r *rawIO) writev(h *rawHalf, bufs [][]byte) (int, error) {
 	h.bufs, h.n, h.errno = bufs, 0, 0
 	return r.done(h, "write", r.rc.Write(h.fn))
 }
