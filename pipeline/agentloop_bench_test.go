@@ -253,11 +253,6 @@ func BenchmarkCheckpointPerCall(b *testing.B) {
 			// The checkpoint's own thread time: it runs in this goroutine.
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
-			threadCPU := func() time.Duration {
-				var ru unix.Rusage
-				_ = unix.Getrusage(unix.RUSAGE_THREAD, &ru)
-				return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-			}
 			for range 16_000 / window { // a file with history
 				for range window {
 					call()
@@ -282,6 +277,86 @@ func BenchmarkCheckpointPerCall(b *testing.B) {
 			b.ReportMetric(float64(cpu.Microseconds())/float64(calls), "ckpt-cpu-µs/call")
 		})
 	}
+}
+
+// BenchmarkCheckpointWithHistory is BenchmarkCheckpointPerCall's 8,000-call
+// window over a store holding 128,000 earlier calls (about two minutes at
+// 1,000 calls/s; the store keeps a month), where a checkpoint's rewrites
+// meet a tree of many pages: once with run ids chosen by the agent
+// (X-Run-Id, as the load harness sends them: "<tag>-<slot>-<gen>"), once
+// with runs found by lineage, whose ids the gateway makes. It reports the
+// pages a checkpoint writes per call beside its CPU time.
+func BenchmarkCheckpointWithHistory(b *testing.B) {
+	const window, history = 8000, 128_000
+	for _, ids := range []string{"x-run-id", "lineage"} {
+		b.Run(ids, func(b *testing.B) {
+			p, st := persistedPipeline(b, store.BoltOptions{CheckpointEvery: time.Hour, CheckpointOps: 1 << 30})
+			call := harnessCalls(b, p)
+			if ids == "lineage" {
+				call = lineageCalls(b, p)
+			}
+			for range history / window {
+				for range window {
+					call()
+				}
+				if err := st.Checkpoint(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			var cpu time.Duration
+			var pages int64
+			calls := 0
+			for b.Loop() {
+				for range window {
+					call()
+				}
+				before, written := threadCPU(), st.PagesWritten()
+				if err := st.Checkpoint(); err != nil {
+					b.Fatal(err)
+				}
+				cpu += threadCPU() - before
+				pages += st.PagesWritten() - written
+				calls += window
+			}
+			b.ReportMetric(float64(cpu.Microseconds())/float64(calls), "ckpt-cpu-µs/call")
+			b.ReportMetric(float64(pages)/float64(calls), "pages/call")
+		})
+	}
+}
+
+// lineageCalls is harnessCalls without X-Run-Id: each run's first call
+// starts a run the gateway names, and its later calls are found by the
+// tool call ids they echo.
+func lineageCalls(b *testing.B, p *pipeline.Pipeline) func() {
+	const slots, steps = 1024, 4
+	ctx := context.Background()
+	n := 0
+	ids := make([]string, slots) // each slot's run, as the gateway named it
+	return func() {
+		gen, k, s := n/(slots*steps), n/slots%steps, n%slots
+		n++
+		run := fmt.Sprintf("ln-%d-%d", s, gen)
+		t := p.Begin(ctx, &pipeline.Call{Body: agentStep(run, k)}, openai.Chat{})
+		if t.Answer != nil {
+			b.Fatalf("refused: %s", t.Answer.Body)
+		}
+		if k == 0 {
+			ids[s] = t.RunID()
+		} else if t.RunID() != ids[s] {
+			b.Fatalf("step %d of %s went to run %s, not %s", k, run, t.RunID(), ids[s])
+		}
+		p.Finish(ctx, t, pipeline.Outcome{Status: 200, Body: agentAnswer(run, k, steps)})
+	}
+}
+
+// threadCPU is the calling thread's user and system time: with the
+// thread locked, the checkpoint's own (it runs in the caller).
+func threadCPU() time.Duration {
+	var ru unix.Rusage
+	_ = unix.Getrusage(unix.RUSAGE_THREAD, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkReopenAfterCrash is a restart's opening of the embedded store

@@ -55,10 +55,10 @@ func (p *Pipeline) identify(ctx context.Context, call *Call, req *wire.Request) 
 		if call.SessionID != "" {
 			sid = call.SessionID
 		}
-		r, created = p.runs.GetOrCreate(p.identity(call, runstate.NewID("r-"), sid))
+		r, created = p.runs.GetOrCreate(p.identity(call, runstate.NewRunID(p.now()), sid))
 		return r, created, nil
 	}
-	r, created = p.runs.GetOrCreate(p.identity(call, runstate.NewID("r-"), call.SessionID))
+	r, created = p.runs.GetOrCreate(p.identity(call, runstate.NewRunID(p.now()), call.SessionID))
 	return r, created, nil
 }
 

@@ -112,7 +112,7 @@ func (p *Pipeline) attributeTool(ctx context.Context, call *ToolCall) (*runstate
 		}
 	}
 	r, created := p.runs.GetOrCreate(p.identity(&Call{AgentID: call.AgentID, ParentRunID: call.ParentRunID,
-		TaskType: call.TaskType, Principal: call.Principal}, runstate.NewID("r-"), call.SessionID))
+		TaskType: call.TaskType, Principal: call.Principal}, runstate.NewRunID(p.now()), call.SessionID))
 	return r, created, nil
 }
 

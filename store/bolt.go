@@ -610,3 +610,10 @@ func (s *Bolt) Close() error {
 	}
 	return err
 }
+
+// PagesWritten is how many pages the bbolt file's transactions have
+// written since it was opened (a checkpoint's cost grows with them).
+func (s *Bolt) PagesWritten() int64 {
+	st := s.db.Stats()
+	return st.TxStats.GetWrite()
+}
