@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -34,7 +35,52 @@ func TestMain(m *testing.M) {
 // TestShort runs `go run ./bench -short`: direct, floor and the real
 // gateway binary, every phase, and requires every request to succeed.
 func TestShort(t *testing.T) {
-	args := []string{"-short", "-duration", "300ms", "-sat-step", "250ms", "-streams", "5"}
+	out := runHarness(t, "-short", "-duration", "300ms", "-sat-step", "250ms", "-streams", "5")
+	for _, want := range []string{"| 1,000 req/s, 200 KB |", "| saturation throughput", "| requests / errors / not forwarded |", "haltline",
+		"Machine (median of the rounds): servers' CPU:", " servers' CPU stolen, % (rounds) |", "Servers' CPU stolen by the hypervisor (%, rounds) during the streams:",
+		"runs for", "sent as X-Run-Id"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q\n%s", want, out)
+		}
+	}
+	// Each fixed-rate phase's row ends with the share of the servers' CPU
+	// stolen during it, measured.
+	if !regexp.MustCompile(`(?m)^\| 1,000 req/s, 2 KB \|.* \d+\.\d \|$`).MatchString(out) {
+		t.Errorf("the 1,000 req/s row lacks the CPU stolen during it\n%s", out)
+	}
+	// The gateway's own overhead, read from its answers, beside the
+	// black-box figures: numbers for the gateway, none for the others.
+	own := regexp.MustCompile(`\| gateway's own overhead p50 / p99 \(its overhead header\), 1,000 req/s, 2 KB \|( — \|)+ [1-9][\d,.]* / [1-9][\d,.]* \|`)
+	if !own.MatchString(out) {
+		t.Errorf("report lacks the gateway's own overhead\n%s", out)
+	}
+}
+
+// TestShortLineage runs a fixed-rate phase with -lineage: no request names
+// its run, and the gateway must still attach each step to its run's earlier
+// ones by the tool calls they echo — the report's steps a run are the
+// workload's, where a step started afresh would bring them toward one. The
+// slots keep a run's steps 32 ms apart: the load is open loop, and a step
+// sent before the answer it echoes (which no agent can do) would start a
+// run of its own.
+func TestShortLineage(t *testing.T) {
+	out := runHarness(t, "-short", "-lineage", "-only", "^"+phase1000+"$", "-anthropic=false", "-nginx", "off",
+		"-slots", "32", "-duration", "2s")
+	m := regexp.MustCompile(`named (\d+) runs for (\d+) requests: ([\d.]+) steps a run \(the workload's runs have 4; .*\), found by lineage`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("report lacks the runs the gateway named\n%s", out)
+	}
+	if steps, _ := strconv.ParseFloat(m[3], 64); steps < 3.5 {
+		t.Errorf("%s runs for %s requests: %.2f steps a run, want about 4\n%s", m[1], m[2], steps, out)
+	}
+}
+
+// runHarness runs the harness with args as a subprocess of the test binary
+// (see mainEnv), against a prebuilt gateway when
+// HALTLINE_BENCH_GATEWAY_BIN names one, and returns its output; it fails
+// the test if the harness fails or runs for more than 3 minutes.
+func runHarness(t *testing.T, args ...string) string {
+	t.Helper()
 	// A prebuilt gateway saves the build (and lets the harness be tested
 	// while the gateway's sources are being edited).
 	if bin := os.Getenv("HALTLINE_BENCH_GATEWAY_BIN"); bin != "" {
@@ -52,29 +98,13 @@ func TestShort(t *testing.T) {
 	select {
 	case err := <-done:
 		if err != nil {
-			t.Fatalf("short mode failed: %v\n%s", err, out.String())
+			t.Fatalf("harness %q failed: %v\n%s", args, err, out.String())
 		}
 	case <-time.After(3 * time.Minute):
 		_ = cmd.Process.Kill()
-		t.Fatalf("short mode did not end\n%s", out.String())
+		t.Fatalf("harness %q did not end\n%s", args, out.String())
 	}
-	for _, want := range []string{"| 1,000 req/s, 200 KB |", "| saturation throughput", "| requests / errors / not forwarded |", "haltline",
-		"Machine (median of the rounds): servers' CPU:", " servers' CPU stolen, % (rounds) |", "Servers' CPU stolen by the hypervisor (%, rounds) during the streams:"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("report lacks %q\n%s", want, out.String())
-		}
-	}
-	// Each fixed-rate phase's row ends with the share of the servers' CPU
-	// stolen during it, measured.
-	if !regexp.MustCompile(`(?m)^\| 1,000 req/s, 2 KB \|.* \d+\.\d \|$`).MatchString(out.String()) {
-		t.Errorf("the 1,000 req/s row lacks the CPU stolen during it\n%s", out.String())
-	}
-	// The gateway's own overhead, read from its answers, beside the
-	// black-box figures: numbers for the gateway, none for the others.
-	own := regexp.MustCompile(`\| gateway's own overhead p50 / p99 \(its overhead header\), 1,000 req/s, 2 KB \|( — \|)+ [1-9][\d,.]* / [1-9][\d,.]* \|`)
-	if !own.MatchString(out.String()) {
-		t.Errorf("report lacks the gateway's own overhead\n%s", out.String())
-	}
+	return out.String()
 }
 
 // TestWorkload checks that the requests have the exact sizes, are valid

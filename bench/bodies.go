@@ -31,7 +31,10 @@ type workload struct {
 	slots  int
 	stream bool
 	tag    string // makes run ids unique per phase and target
-	n      atomic.Uint64
+	// lineage: no X-Run-Id (the -lineage flag); run ids then only name
+	// the tool calls.
+	lineage bool
+	n       atomic.Uint64
 }
 
 // next returns the run id and body of the next request.
@@ -58,7 +61,9 @@ func (w *workload) header(run string) http.Header {
 	} else {
 		h.Set("Authorization", "Bearer sk-bench-agent")
 	}
-	h.Set("X-Run-Id", run)
+	if !w.lineage {
+		h.Set("X-Run-Id", run)
+	}
 	return h
 }
 

@@ -39,6 +39,9 @@ type phaseResult struct {
 	ProxyCPUus  float64        `json:"proxy_cpu_us_per_req,omitempty"`
 	MockCPUus   float64        `json:"mock_cpu_us_per_req"`
 	RunStates   map[string]int `json:"run_states,omitempty"` // X-Run-State of the answers
+	// Runs is how many distinct X-Run-Id the answers carried (gateways
+	// only): requests / runs is the steps the gateway saw in a run.
+	Runs int `json:"runs,omitempty"`
 	// The gateway's own time per call as it reports it (its overhead
 	// header: the call's time inside the gateway less the upstream wait),
 	// beside the black-box latency; gateways only.
@@ -103,6 +106,7 @@ func attack(ctx context.Context, c *http.Client, t *target, w *workload, rate, c
 type phaseAcc struct {
 	lat, own    []time.Duration
 	states      map[string]int
+	runs        map[string]struct{} // X-Run-Id of the answers
 	requests    int
 	errors      int
 	errSample   []string
@@ -131,7 +135,7 @@ func (a *phaseAcc) attack(ctx context.Context, c *http.Client, t *target, w *wor
 		return fmt.Errorf("mock count: %w", err)
 	}
 	if a.states == nil {
-		a.states = map[string]int{}
+		a.states, a.runs = map[string]int{}, map[string]struct{}{}
 	}
 	a.lat = slices.Grow(a.lat, max(rate, 1000)*int(dur/time.Second+1))
 	cpu0 := snapCPU(t)
@@ -155,6 +159,9 @@ func (a *phaseAcc) attack(ctx context.Context, c *http.Client, t *target, w *wor
 		a.lat = append(a.lat, res.Latency)
 		if s := res.Headers.Get("X-Run-State"); s != "" {
 			a.states[s]++
+		}
+		if id := res.Headers.Get("X-Run-Id"); id != "" {
+			a.runs[id] = struct{}{}
 		}
 		if ms, err := strconv.ParseFloat(res.Headers.Get(overheadHeader), 64); err == nil {
 			a.own = append(a.own, time.Duration(ms*float64(time.Millisecond)))
@@ -200,6 +207,7 @@ func (a *phaseAcc) result(t *target) phaseResult {
 	if len(a.states) > 0 {
 		r.RunStates = a.states
 	}
+	r.Runs = len(a.runs)
 	return r
 }
 

@@ -33,7 +33,10 @@
 // overlap. Explicit run ids were chosen over lineage-only continuation
 // because they keep the identification cost constant and the workload the
 // same for the three targets; lineage indexing still runs, since the gateway
-// indexes every answer. The runs in progress when a workload stops (at most
+// indexes every answer. -lineage sends none: the path of an agent left
+// unchanged, where the gateway finds each step's run by the tool calls it
+// echoes and names new runs itself; the report then counts the runs the
+// gateway's answers named, so a step it failed to attach shows as a run. The runs in progress when a workload stops (at most
 // -slots: one per phase and target, and one per saturation search, whose
 // levels share a workload) stay unfinished, as an agent's that went away:
 // the gateway keeps them in memory until their deadline.
@@ -80,6 +83,7 @@ type options struct {
 	chunkGap    time.Duration
 	steps       int
 	slots       int
+	lineage     bool
 	gatewayBin  string
 	nginx       string
 	gatewayArgs string
@@ -130,6 +134,7 @@ func parseOptions(args []string) (options, error) {
 	fs.DurationVar(&o.chunkGap, "chunk-gap", 0, "pause of the mock between stream chunks")
 	fs.IntVar(&o.steps, "steps", 4, "model calls per run (the last one gets the final answer)")
 	fs.IntVar(&o.slots, "slots", 1024, "runs in progress at once; consecutive steps of a run are this many requests apart")
+	fs.BoolVar(&o.lineage, "lineage", false, "send no X-Run-Id: the gateway finds each step's run by lineage (the tool calls it echoes) and names new runs itself, as for an agent left unchanged")
 	fs.StringVar(&o.gatewayBin, "gateway-bin", "", "gateway binary (default: go build ./cmd/gateway into a temporary directory)")
 	fs.StringVar(&o.nginx, "nginx", "auto", "nginx binary measured as a reference proxy in the same rounds (\"auto\": nginx in PATH, else "+nginxFallback+", skipped when neither exists; \"\" or \"off\": not measured)")
 	fs.StringVar(&o.gatewayArgs, "gateway-args", "", "extra arguments for `gateway serve` of the haltline target, space separated (e.g. \"--redis-url redis://127.0.0.1:6379\")")

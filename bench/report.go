@@ -28,6 +28,7 @@ type meta struct {
 	Turns     int     `json:"turns_per_phase"` // each target's turns in a phase, targets alternating
 	Steps     int     `json:"steps_per_run"`
 	Slots     int     `json:"concurrent_runs"`
+	Lineage   bool    `json:"lineage,omitempty"` // -lineage: no X-Run-Id sent
 	Chunks    int     `json:"stream_chunks"`
 	Seconds   float64 `json:"seconds"`
 	Note      string  `json:"note"`
@@ -62,6 +63,10 @@ type summary struct {
 	Errors        int                `json:"errors"`
 	Unforwarded   int64              `json:"unforwarded"`
 	RunStates     map[string]int     `json:"run_states,omitempty"`
+	// Runs is the distinct X-Run-Id of the fixed-rate answers, RunRequests
+	// the requests of the phases that counted them (gateways only).
+	Runs        int `json:"runs,omitempty"`
+	RunRequests int `json:"run_requests,omitempty"`
 }
 
 type check struct {
@@ -103,6 +108,7 @@ func newReport(o options, pl placement, gateways []variant, nginx bool, nginxNot
 		Turns:     o.turns,
 		Steps:     o.steps,
 		Slots:     o.slots,
+		Lineage:   o.lineage,
 		Chunks:    o.chunks,
 		Note:      "a shared VM: the figures move with what the hypervisor and other processes take of the CPUs (measured per round: machine)",
 		Nginx:     nginxNote,
@@ -244,6 +250,10 @@ func (r *report) summarise() {
 				s.Unforwarded += p.Unforwarded
 				for k, v := range p.RunStates {
 					s.RunStates[k] += v
+				}
+				if p.Runs > 0 {
+					s.Runs += p.Runs
+					s.RunRequests += p.Requests - p.Errors
 				}
 			}
 			for _, l := range t.Saturation.Levels {
@@ -575,6 +585,14 @@ func (r *report) markdown(w io.Writer) {
 			parts = append(parts, fmt.Sprintf("%s %d", k, s.RunStates[k]))
 		}
 		fmt.Fprintf(w, "Haltline's X-Run-State on the fixed-rate answers: %s.\n", strings.Join(parts, ", "))
+	}
+	if s := r.Summary["haltline"]; s != nil && s.Runs > 0 {
+		ids := "sent as X-Run-Id"
+		if r.Meta.Lineage {
+			ids = "found by lineage (-lineage: no X-Run-Id sent)"
+		}
+		fmt.Fprintf(w, "Haltline's fixed-rate answers named %d runs for %d requests: %.2f steps a run (the workload's runs have %d; the runs cut short at each phase's end count too), %s.\n",
+			s.Runs, s.RunRequests, float64(s.RunRequests)/float64(s.Runs), r.Meta.Steps, ids)
 	}
 }
 

@@ -244,7 +244,7 @@ func interleave(ctx context.Context, n, turns int, turn func(i, s int) error) er
 // measureRound runs every phase on every target, interleaved.
 func measureRound(ctx context.Context, o options, c *http.Client, targets []*target, rd *round, probe machineProbe, out io.Writer) error {
 	wl := func(t *target, api string, size int, stream bool, name string) *workload {
-		return &workload{api: api, size: size, steps: o.steps, slots: o.slots, stream: stream, tag: t.tag + "-" + name}
+		return &workload{api: api, size: size, steps: o.steps, slots: o.slots, stream: stream, tag: t.tag + "-" + name, lineage: o.lineage}
 	}
 	// Warm-up: connections, the proxies' pools and heaps, both APIs.
 	for _, t := range targets {
