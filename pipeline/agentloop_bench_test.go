@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -19,33 +20,58 @@ import (
 
 // agentStep builds step k of run: the task and the k tool calls and
 // distinct results so far, as an agent re-sends its history.
-func agentStep(run string, k int) []byte {
-	var b strings.Builder
-	b.WriteString(`{"model":"gpt-4o-mini","max_tokens":512,"tools":[{"type":"function","function":{"name":"search_orders","parameters":{"type":"object","properties":{"page":{"type":"integer"}}}}}],"messages":[{"role":"system","content":"`)
-	b.WriteString(strings.Repeat("You are the order desk assistant. ", 40))
-	b.WriteString(`"},{"role":"user","content":"Find the open orders of customer 4711."}`)
+func agentStep(run string, k int) []byte { return appendAgentStep(nil, run, k) }
+
+// appendAgentStep appends agentStep's body to dst (with room, no
+// allocation: a benchmark that makes new bodies as it goes leaves the
+// collector no garbage of its own).
+func appendAgentStep(dst []byte, run string, k int) []byte {
+	dst = append(dst, `{"model":"gpt-4o-mini","max_tokens":512,"tools":[{"type":"function","function":{"name":"search_orders","parameters":{"type":"object","properties":{"page":{"type":"integer"}}}}}],"messages":[{"role":"system","content":"`...)
+	dst = append(dst, systemPrompt...)
+	dst = append(dst, `"},{"role":"user","content":"Find the open orders of customer 4711."}`...)
 	for j := range k {
-		fmt.Fprintf(&b, `,{"role":"assistant","content":null,"tool_calls":[{"id":"call_%s_%d","type":"function","function":{"name":"search_orders","arguments":"{\"page\":%d}"}}]}`, run, j, j)
-		fmt.Fprintf(&b, `,{"role":"tool","tool_call_id":"call_%s_%d","content":"page %d: order %d shipped"}`, run, j, j, 1000+37*j)
+		dst = append(append(dst, `,{"role":"assistant","content":null,"tool_calls":[{"id":"call_`...), run...)
+		dst = strconv.AppendInt(append(dst, '_'), int64(j), 10)
+		dst = strconv.AppendInt(append(dst, `","type":"function","function":{"name":"search_orders","arguments":"{\"page\":`...), int64(j), 10)
+		dst = append(append(dst, `}"}}]},{"role":"tool","tool_call_id":"call_`...), run...)
+		dst = strconv.AppendInt(append(dst, '_'), int64(j), 10)
+		dst = strconv.AppendInt(append(dst, `","content":"page `...), int64(j), 10)
+		dst = strconv.AppendInt(append(dst, `: order `...), int64(1000+37*j), 10)
+		dst = append(dst, ` shipped"}`...)
 	}
-	b.WriteString(`]}`)
-	return []byte(b.String())
+	return append(dst, `]}`...)
 }
+
+var systemPrompt = strings.Repeat("You are the order desk assistant. ", 40)
 
 // agentAnswer is the model's answer to step k of steps: a tool call, or the
 // final answer at the last step.
-func agentAnswer(run string, k, steps int) []byte {
+func agentAnswer(run string, k, steps int) []byte { return appendAgentAnswer(nil, run, k, steps) }
+
+// appendAgentAnswer appends agentAnswer's body to dst.
+func appendAgentAnswer(dst []byte, run string, k, steps int) []byte {
 	if k == steps-1 {
-		return []byte(finalResponse)
+		return append(dst, finalResponse...)
 	}
-	return fmt.Appendf(nil, `{"id":"chatcmpl-%s-%d","object":"chat.completion","created":1,"model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"call_%s_%d","type":"function","function":{"name":"search_orders","arguments":"{\"page\":%d}"}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":900,"completion_tokens":18,"total_tokens":918}}`, run, k, run, k, k)
+	dst = append(append(dst, `{"id":"chatcmpl-`...), run...)
+	dst = strconv.AppendInt(append(dst, '-'), int64(k), 10)
+	dst = append(append(dst, `","object":"chat.completion","created":1,"model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"call_`...), run...)
+	dst = strconv.AppendInt(append(dst, '_'), int64(k), 10)
+	dst = strconv.AppendInt(append(dst, `","type":"function","function":{"name":"search_orders","arguments":"{\"page\":`...), int64(k), 10)
+	return append(dst, `}"}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":900,"completion_tokens":18,"total_tokens":918}}`...)
 }
 
 // BenchmarkAgentLoopPersisted is the per-call cost of the load harness's
 // workload inside the gateway, without network: 1,024 runs of 4 steps in
 // flight, each step continuing its run by X-Run-Id with its history and tool
 // results, every change committed to the embedded store (log + checkpoints).
-func BenchmarkAgentLoopPersisted(b *testing.B) { agentLoop(b, nil) }
+func BenchmarkAgentLoopPersisted(b *testing.B) { agentLoop(b, nil, false) }
+
+// BenchmarkAgentLoopLineage is BenchmarkAgentLoopPersisted without
+// X-Run-Id, the path of an agent left unchanged: each run's first call
+// starts a run the gateway names, its later calls are found by the tool
+// calls they echo.
+func BenchmarkAgentLoopLineage(b *testing.B) { agentLoop(b, nil, true) }
 
 // BenchmarkAgentLoopColdCache is BenchmarkAgentLoopPersisted with the
 // CPU's caches emptied of the gateway before each call, as they are at
@@ -64,7 +90,7 @@ func BenchmarkAgentLoopColdCache(b *testing.B) {
 		for i := 0; i < len(evict); i += 64 {
 			evict[i]++
 		}
-	})
+	}, false)
 }
 
 // coldCacheBytes is what BenchmarkAgentLoopColdCache writes between calls:
@@ -72,8 +98,9 @@ func BenchmarkAgentLoopColdCache(b *testing.B) {
 const coldCacheBytes = 4 << 20
 
 // agentLoop runs the harness's workload through a pipeline over the
-// embedded store; evict, when set, runs before each call and is not timed.
-func agentLoop(b *testing.B, evict func()) {
+// embedded store; evict, when set, runs before each call and is not timed;
+// with lineage the calls carry no run id.
+func agentLoop(b *testing.B, evict func(), lineage bool) {
 	p, st := persistedPipeline(b, store.BoltOptions{})
 	const slots, steps = 1024, 4
 	type req struct {
@@ -82,36 +109,54 @@ func agentLoop(b *testing.B, evict func()) {
 		resp []byte
 	}
 	// Bodies are built ahead: building them is the agent's work, not ours.
-	var reqs []req
-	for gen := range 8 {
-		for k := range steps {
-			for s := range slots {
-				run := fmt.Sprintf("bench-%d-%d", s, gen)
-				reqs = append(reqs, req{run, agentStep(run, k), agentAnswer(run, k, steps)})
-			}
+	reqs := make([]req, 8*steps*slots)
+	// build makes (or makes again, in place) the bodies of 8 generations.
+	build := func(suffix string) {
+		for i := range reqs {
+			s, k, gen := i%slots, i/slots%steps, i/(slots*steps)
+			run := fmt.Sprintf("bench-%d-%d%s", s, gen, suffix)
+			reqs[i] = req{run, appendAgentStep(reqs[i].body[:0], run, k), appendAgentAnswer(reqs[i].resp[:0], run, k, steps)}
 		}
+	}
+	if lineage {
+		build("g0000") // a suffix of one length: bodies made again fit in place
+	} else {
+		build("")
 	}
 	ctx := context.Background()
 	b.ReportAllocs()
 	cpu0 := processCPU()
 	i := 0
 	var calls time.Duration // with evict: the calls' own time
+	var building time.Duration
 	for b.Loop() {
-		r := reqs[i%len(reqs)]
 		if i > 0 && i%len(reqs) == 0 {
-			b.StopTimer() // a new generation of run ids
-			for j := range reqs {
-				reqs[j].run += "x"
+			b.StopTimer() // a new generation of runs
+			if lineage {
+				// The tool calls echoed name the runs: new ones, new bodies
+				// (not the gateway's CPU).
+				cpu := processCPU()
+				build(fmt.Sprintf("g%04d", i/len(reqs)))
+				building += processCPU() - cpu
+			} else {
+				for j := range reqs {
+					reqs[j].run += "x"
+				}
 			}
 			b.StartTimer()
 		}
+		r := reqs[i%len(reqs)]
 		i++
 		var start time.Time
 		if evict != nil {
 			evict()
 			start = time.Now()
 		}
-		t := p.Begin(ctx, &pipeline.Call{Body: r.body, RunID: r.run}, openai.Chat{})
+		call := &pipeline.Call{Body: r.body, RunID: r.run}
+		if lineage {
+			call.RunID = ""
+		}
+		t := p.Begin(ctx, call, openai.Chat{})
 		if t.Answer != nil {
 			b.Fatalf("refused: %s", t.Answer.Body)
 		}
@@ -131,7 +176,7 @@ func agentLoop(b *testing.B, evict func()) {
 		b.ReportMetric(float64(calls.Microseconds())/float64(b.N), "µs/call")
 		return
 	}
-	b.ReportMetric(float64((processCPU()-cpu0).Microseconds())/float64(b.N), "cpu-µs/call")
+	b.ReportMetric(float64((processCPU()-cpu0-building).Microseconds())/float64(b.N), "cpu-µs/call")
 }
 
 // processCPU is the user and system time of the whole process.
