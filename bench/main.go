@@ -36,10 +36,11 @@
 // indexes every answer. -lineage sends none: the path of an agent left
 // unchanged, where the gateway finds each step's run by the tool calls it
 // echoes and names new runs itself; the report then counts the runs the
-// gateway's answers named, so a step it failed to attach shows as a run. The runs in progress when a workload stops (at most
-// -slots: one per phase and target, and one per saturation search, whose
-// levels share a workload) stay unfinished, as an agent's that went away:
-// the gateway keeps them in memory until their deadline.
+// gateway's answers named, so a step it failed to attach shows as a run.
+// The runs in progress when a workload stops (at most -slots: one per
+// phase and target, and one per saturation search, whose levels share a
+// workload) stay unfinished, as an agent's that went away: the gateway
+// keeps them in memory until their deadline.
 package main
 
 import (
