@@ -59,13 +59,14 @@ func TestShort(t *testing.T) {
 // TestShortLineage runs a fixed-rate phase with -lineage: no request names
 // its run, and the gateway must still attach each step to its run's earlier
 // ones by the tool calls they echo — the report's steps a run are the
-// workload's, where a step started afresh would bring them toward one. The
-// slots keep a run's steps 32 ms apart: the load is open loop, and a step
-// sent before the answer it echoes (which no agent can do) would start a
-// run of its own.
+// workload's (3.75 here, the runs cut short at the phase's end counted),
+// where a step started afresh would bring them toward one. The slots keep a
+// run's steps 100 ms apart: the load is open loop, and a step sent before
+// the answer it echoes (which no agent can do) would start a run of its
+// own, as it did with 4 slots on a loaded machine.
 func TestShortLineage(t *testing.T) {
 	out := runHarness(t, "-short", "-lineage", "-only", "^"+phase1000+"$", "-anthropic=false", "-nginx", "off",
-		"-slots", "32", "-duration", "2s")
+		"-slots", "100", "-duration", "3s")
 	m := regexp.MustCompile(`named (\d+) runs for (\d+) requests: ([\d.]+) steps a run \(the workload's runs have 4; .*\), found by lineage`).FindStringSubmatch(out)
 	if m == nil {
 		t.Fatalf("report lacks the runs the gateway named\n%s", out)
