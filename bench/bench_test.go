@@ -60,10 +60,10 @@ func TestShort(t *testing.T) {
 // its run, and the gateway must still attach each step to its run's earlier
 // ones by the tool calls they echo — the report's steps a run are the
 // workload's (3.75 here, the runs cut short at the phase's end counted),
-// where a step started afresh would bring them toward one. The slots keep a
-// run's steps 100 ms apart: the load is open loop, and a step sent before
-// the answer it echoes (which no agent can do) would start a run of its
-// own, as it did with 4 slots on a loaded machine.
+// where a step started afresh would bring them toward one. However loaded
+// the machine, no step goes before the answer it echoes
+// (TestLineageStepWaitsForItsAnswer): before that wait, an open-loop load
+// on a loaded machine sent some, each starting a run of its own.
 func TestShortLineage(t *testing.T) {
 	out := runHarness(t, "-short", "-lineage", "-only", "^"+phase1000+"$", "-anthropic=false", "-nginx", "off",
 		"-slots", "100", "-duration", "3s")
@@ -73,6 +73,47 @@ func TestShortLineage(t *testing.T) {
 	}
 	if steps, _ := strconv.ParseFloat(m[3], 64); steps < 3.5 {
 		t.Errorf("%s runs for %s requests: %.2f steps a run, want about 4\n%s", m[1], m[2], steps, out)
+	}
+}
+
+// With -lineage a step is not sent before the answer to its run's step
+// before it (an agent cannot echo what it has not received), a new run's
+// first step waits for nothing, and a run's last answer is not kept.
+func TestLineageStepWaitsForItsAnswer(t *testing.T) {
+	w := &workload{api: apiOpenAI, size: size2KB, steps: 2, slots: 2, tag: "w", lineage: true}
+	for want := range uint64(2) { // step 0 of both slots
+		if i, _, _ := w.next(); i != want {
+			t.Fatalf("request %d, want %d", i, want)
+		}
+	}
+	sent := make(chan uint64)
+	go func() {
+		i, _, _ := w.next() // slot 0, step 1: waits for request 0
+		sent <- i
+	}()
+	w.answer(1) // slot 1's step 0: not slot 0's
+	select {
+	case i := <-sent:
+		t.Fatalf("request %d went before the answer to request 0", i)
+	case <-time.After(50 * time.Millisecond):
+	}
+	w.answer(0)
+	select {
+	case i := <-sent:
+		if i != 2 {
+			t.Fatalf("request %d, want 2", i)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("request 2 still waits after the answer to request 0")
+	}
+	w.answer(2) // a run's last step: nothing waits for it
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.done) != 1 { // request 1's answer, for request 3
+		t.Fatalf("answers kept: %v", w.done)
+	}
+	if i, ok := requestIndex(w.requestURL("http://127.0.0.1:1/v1/chat/completions", 12345)); !ok || i != 12345 {
+		t.Fatalf("request index %d, %v", i, ok)
 	}
 }
 
@@ -119,7 +160,7 @@ func TestWorkload(t *testing.T) {
 		for _, size := range []int{size2KB, size200KB} {
 			w := &workload{api: api, size: size, steps: 3, slots: 2, tag: "t"}
 			for i := 0; i < 6; i++ {
-				run, body := w.next()
+				_, run, body := w.next()
 				if len(body) != size {
 					t.Fatalf("%s step body is %d bytes, want %d", api, len(body), size)
 				}

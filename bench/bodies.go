@@ -4,7 +4,9 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // API formats the harness speaks.
@@ -32,13 +34,18 @@ type workload struct {
 	stream bool
 	tag    string // makes run ids unique per phase and target
 	// lineage: no X-Run-Id (the -lineage flag); run ids then only name
-	// the tool calls.
+	// the tool calls, and a step is not sent before the answer to the one
+	// before it (see waitAnswer).
 	lineage bool
 	n       atomic.Uint64
+
+	mu       sync.Mutex
+	answered *sync.Cond          // on mu, broadcast when done grows
+	done     map[uint64]struct{} // answered steps whose next step has not asked yet
 }
 
-// next returns the run id and body of the next request.
-func (w *workload) next() (string, []byte) {
+// next returns the index, run id and body of the next request.
+func (w *workload) next() (uint64, string, []byte) {
 	i := w.n.Add(1) - 1
 	slot := i % uint64(w.slots)
 	rest := i / uint64(w.slots)
@@ -48,7 +55,84 @@ func (w *workload) next() (string, []byte) {
 	if w.stream {
 		step = 0 // a streamed answer is a final one: one-step runs
 	}
-	return run, buildBody(w.api, run, step, w.size, w.stream)
+	if w.lineage && step > 0 {
+		w.waitAnswer(i - uint64(w.slots))
+	}
+	return i, run, buildBody(w.api, run, step, w.size, w.stream)
+}
+
+// answerWait bounds how long a step waits for the answer to its run's
+// step before (the load generator's request timeout).
+const answerWait = 30 * time.Second
+
+// waitAnswer blocks until request prev, the step before, was answered (or
+// answerWait passed). With -lineage the gateway finds a step's run by the
+// tool calls of the answer before it, which an agent has always received
+// before it sends the next step; an open-loop load would send each step on
+// time whatever, and a step whose predecessor was slow would start a run
+// of its own — the harness's doing, not the gateway's.
+func (w *workload) waitAnswer(prev uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.init()
+	if _, ok := w.done[prev]; !ok {
+		expired := false
+		t := time.AfterFunc(answerWait, func() {
+			w.mu.Lock()
+			expired = true
+			w.answered.Broadcast()
+			w.mu.Unlock()
+		})
+		defer t.Stop()
+		for _, ok = w.done[prev]; !ok && !expired; _, ok = w.done[prev] {
+			w.answered.Wait()
+		}
+	}
+	delete(w.done, prev)
+}
+
+// answer records that request i was answered (with -lineage; an error
+// counts: the step after it is sent all the same). A run's last step has
+// no step after it to wait.
+func (w *workload) answer(i uint64) {
+	if w.stream || (i/uint64(w.slots))%uint64(w.steps) == uint64(w.steps-1) {
+		return
+	}
+	w.mu.Lock()
+	w.init()
+	w.done[i] = struct{}{}
+	w.answered.Broadcast()
+	w.mu.Unlock()
+}
+
+// init makes the answers' state on first use; the caller holds mu.
+func (w *workload) init() {
+	if w.done == nil {
+		w.answered = sync.NewCond(&w.mu)
+		w.done = map[uint64]struct{}{}
+	}
+}
+
+// indexParam carries a request's index in its URL with -lineage, so that
+// its result names it (vegeta's results carry the URL, not the body).
+const indexParam = "?haltline-bench-request="
+
+// requestURL is the URL of request i.
+func (w *workload) requestURL(base string, i uint64) string {
+	if !w.lineage {
+		return base
+	}
+	return base + indexParam + strconv.FormatUint(i, 10)
+}
+
+// requestIndex reads the index requestURL put in url.
+func requestIndex(url string) (uint64, bool) {
+	_, v, ok := strings.Cut(url, indexParam)
+	if !ok {
+		return 0, false
+	}
+	i, err := strconv.ParseUint(v, 10, 64)
+	return i, err == nil
 }
 
 // header returns the headers of one request of run.

@@ -71,9 +71,9 @@ func loadClient() *http.Client {
 func targeter(base string, w *workload) vegeta.Targeter {
 	url := base + w.path()
 	return func(t *vegeta.Target) error {
-		run, body := w.next()
+		i, run, body := w.next()
 		t.Method = http.MethodPost
-		t.URL = url
+		t.URL = w.requestURL(url, i)
 		t.Body = body
 		t.Header = w.header(run)
 		return nil
@@ -145,6 +145,11 @@ func (a *phaseAcc) attack(ctx context.Context, c *http.Client, t *target, w *wor
 	defer stop()
 	for res := range atk.Attack(targeter(t.url, w), pace, dur, t.name) {
 		requests++
+		if w.lineage {
+			if i, ok := requestIndex(res.URL); ok {
+				w.answer(i)
+			}
+		}
 		if res.Error != "" || res.Code != http.StatusOK {
 			errs++
 			if len(a.errSample) < 5 {
@@ -340,7 +345,7 @@ func (a *streamAcc) result() streamResult {
 }
 
 func oneStream(ctx context.Context, c *http.Client, base string, w *workload, buf, end []byte) (first, all time.Duration, err error) {
-	run, body := w.next()
+	_, run, body := w.next() // one-step runs: nothing to wait for
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+w.path(), bytes.NewReader(body))
 	if err != nil {
 		return 0, 0, err
