@@ -291,25 +291,20 @@ func post(t *testing.T, url string, body []byte, headers map[string]string) (int
 // upstream receives at most 10, and spent never exceeds the budget.
 func TestParallelCallsCannotOverspend(t *testing.T) {
 	t.Parallel()
-	m := &toolLoop{finalAfter: 0, in: 20, out: 5, latency: 50 * time.Millisecond}
+	gate := make(chan struct{})
+	m := &toolLoop{finalAfter: 0, in: 20, out: 5, gate: gate}
 	up := newUpstream(t, m.serve)
 	g := startGateway(t, up.URL)
 	body := fixedRequest(1000)
 	budget := 10 * worstCase(t, body, 1000)
-	var wg sync.WaitGroup
 	var ok atomic.Int64
-	for range 50 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			status, _, _ := post(t, gwURL(g)+"/v1/chat/completions", body, map[string]string{
-				"X-Run-Id": "r-parallel", "X-Run-Budget": "max_cost_usd=" + usd(budget)})
-			if status == 200 {
-				ok.Add(1)
-			}
-		}()
-	}
-	wg.Wait()
+	heldUntilDecided(t, up, gate, 50, func() {
+		status, _, _ := post(t, gwURL(g)+"/v1/chat/completions", body, map[string]string{
+			"X-Run-Id": "r-parallel", "X-Run-Budget": "max_cost_usd=" + usd(budget)})
+		if status == 200 {
+			ok.Add(1)
+		}
+	})
 	n := len(up.requests())
 	t.Logf("upstream received %d of 50 calls; %d answered 200", n, ok.Load())
 	if n > 10 || n == 0 {
@@ -326,7 +321,8 @@ func TestParallelCallsCannotOverspend(t *testing.T) {
 // run is stopped at once. An X-Run-Budget cannot raise any limit.
 func TestTeamWindowSharedAcrossRuns(t *testing.T) {
 	t.Parallel()
-	m := &toolLoop{finalAfter: 0, in: 20, out: 5, latency: 50 * time.Millisecond}
+	gate := make(chan struct{})
+	m := &toolLoop{finalAfter: 0, in: 20, out: 5, gate: gate}
 	up := newUpstream(t, m.serve)
 	body := fixedRequest(1000)
 	budget := 10 * worstCase(t, body, 1000)
@@ -335,16 +331,11 @@ func TestTeamWindowSharedAcrossRuns(t *testing.T) {
 		c.VirtualKeys = map[string]config.Principal{"sk-agent": {Tenant: "acme", Team: "red"}}
 		c.Providers.OpenAI.APIKey = "sk-upstream"
 	})
-	var wg sync.WaitGroup
-	for i := range 50 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			post(t, gwURL(g)+"/v1/chat/completions", body, map[string]string{
-				"X-Run-Id": fmt.Sprintf("r-team-%d", i%2), "X-Run-Budget": "max_steps=1000"})
-		}()
-	}
-	wg.Wait()
+	var i atomic.Int64
+	heldUntilDecided(t, up, gate, 50, func() {
+		post(t, gwURL(g)+"/v1/chat/completions", body, map[string]string{
+			"X-Run-Id": fmt.Sprintf("r-team-%d", i.Add(1)%2), "X-Run-Budget": "max_steps=1000"})
+	})
 	n := len(up.requests())
 	t.Logf("upstream received %d of 50 calls from two runs", n)
 	if n > 10 || n == 0 {

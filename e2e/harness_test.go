@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -175,11 +176,42 @@ type toolLoop struct {
 	finalAtCall int
 	in, out     int64
 	latency     time.Duration
-	mu          sync.Mutex
-	calls       int
+	// gate, when set, holds every call until it is closed (after any
+	// latency): see heldUntilDecided.
+	gate  <-chan struct{}
+	mu    sync.Mutex
+	calls int
 }
 
 func (m *toolLoop) count() int { m.mu.Lock(); defer m.mu.Unlock(); return m.calls }
+
+// heldUntilDecided sends n calls at once (send returns once its call is
+// answered) to a gateway whose upstream holds every call at gate, and
+// opens the gate once each call has been refused or has reached the
+// upstream: until then no call has settled, so the calls were admitted
+// against reservations alone. (With the upstream answering after a fixed
+// latency, a call that a loaded machine started late could find earlier
+// calls settled, their unused reservation freed, and be admitted in all
+// fairness.) It returns once every call was answered.
+func heldUntilDecided(t *testing.T, up *upstream, gate chan struct{}, n int, send func()) {
+	t.Helper()
+	var wg sync.WaitGroup
+	var answered atomic.Int64
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			send()
+			answered.Add(1)
+		}()
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for int(answered.Load())+len(up.requests()) < n && time.Now().Before(deadline) {
+		time.Sleep(2 * time.Millisecond)
+	}
+	close(gate)
+	wg.Wait()
+}
 
 func (m *toolLoop) serve(w http.ResponseWriter, r *http.Request, body []byte) {
 	m.mu.Lock()
@@ -189,6 +221,13 @@ func (m *toolLoop) serve(w http.ResponseWriter, r *http.Request, body []byte) {
 	if m.latency > 0 {
 		select {
 		case <-time.After(m.latency):
+		case <-r.Context().Done():
+			return
+		}
+	}
+	if m.gate != nil {
+		select {
+		case <-m.gate:
 		case <-r.Context().Done():
 			return
 		}
