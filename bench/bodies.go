@@ -74,7 +74,7 @@ const answerWait = 30 * time.Second
 func (w *workload) waitAnswer(prev uint64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.init()
+	w.initAnswers()
 	if _, ok := w.done[prev]; !ok {
 		expired := false
 		t := time.AfterFunc(answerWait, func() {
@@ -99,14 +99,14 @@ func (w *workload) answer(i uint64) {
 		return
 	}
 	w.mu.Lock()
-	w.init()
+	w.initAnswers()
 	w.done[i] = struct{}{}
 	w.answered.Broadcast()
 	w.mu.Unlock()
 }
 
-// init makes the answers' state on first use; the caller holds mu.
-func (w *workload) init() {
+// initAnswers makes the answers' state on first use; the caller holds mu.
+func (w *workload) initAnswers() {
 	if w.done == nil {
 		w.answered = sync.NewCond(&w.mu)
 		w.done = map[uint64]struct{}{}
