@@ -269,17 +269,33 @@ func BenchmarkMemoryPerLongRun(b *testing.B) {
 
 // harnessCalls returns a function that makes the next call of the
 // harness's workload (1,024 runs of 4 steps in flight) through p.
-func harnessCalls(b *testing.B, p *pipeline.Pipeline) func() {
+func harnessCalls(b *testing.B, p *pipeline.Pipeline) func() { return agentCalls(b, p, false) }
+
+// agentCalls makes harnessCalls' calls; with lineage they carry no run id:
+// each run's first call starts a run the gateway names, and its later
+// calls are found by the tool call ids they echo (a step that lands
+// elsewhere fails the benchmark).
+func agentCalls(b *testing.B, p *pipeline.Pipeline, lineage bool) func() {
 	const slots, steps = 1024, 4
 	ctx := context.Background()
 	n := 0
+	ids := make([]string, slots) // each slot's run, as the gateway named it
 	return func() {
 		gen, k, s := n/(slots*steps), n/slots%steps, n%slots
 		n++
 		run := fmt.Sprintf("ck-%d-%d", s, gen)
-		t := p.Begin(ctx, &pipeline.Call{Body: agentStep(run, k), RunID: run}, openai.Chat{})
+		call := &pipeline.Call{Body: agentStep(run, k), RunID: run}
+		if lineage {
+			call.RunID = ""
+		}
+		t := p.Begin(ctx, call, openai.Chat{})
 		if t.Answer != nil {
 			b.Fatalf("refused: %s", t.Answer.Body)
+		}
+		if k == 0 {
+			ids[s] = t.RunID()
+		} else if t.RunID() != ids[s] {
+			b.Fatalf("step %d of %s went to run %s, not %s", k, run, t.RunID(), ids[s])
 		}
 		p.Finish(ctx, t, pipeline.Outcome{Status: 200, Body: agentAnswer(run, k, steps)})
 	}
@@ -294,32 +310,7 @@ func BenchmarkCheckpointPerCall(b *testing.B) {
 	for _, window := range []int{2000, 8000} {
 		b.Run(fmt.Sprint(window), func(b *testing.B) {
 			p, st := persistedPipeline(b, store.BoltOptions{CheckpointEvery: time.Hour, CheckpointOps: 1 << 30})
-			call := harnessCalls(b, p)
-			// The checkpoint's own thread time: it runs in this goroutine.
-			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
-			for range 16_000 / window { // a file with history
-				for range window {
-					call()
-				}
-				if err := st.Checkpoint(); err != nil {
-					b.Fatal(err)
-				}
-			}
-			var cpu time.Duration
-			calls := 0
-			for b.Loop() {
-				for range window {
-					call()
-				}
-				before := threadCPU()
-				if err := st.Checkpoint(); err != nil {
-					b.Fatal(err)
-				}
-				cpu += threadCPU() - before
-				calls += window
-			}
-			b.ReportMetric(float64(cpu.Microseconds())/float64(calls), "ckpt-cpu-µs/call")
+			measureCheckpoints(b, st, harnessCalls(b, p), window, 16_000)
 		})
 	}
 }
@@ -332,68 +323,46 @@ func BenchmarkCheckpointPerCall(b *testing.B) {
 // with runs found by lineage, whose ids the gateway makes. It reports the
 // pages a checkpoint writes per call beside its CPU time.
 func BenchmarkCheckpointWithHistory(b *testing.B) {
-	const window, history = 8000, 128_000
 	for _, ids := range []string{"x-run-id", "lineage"} {
 		b.Run(ids, func(b *testing.B) {
 			p, st := persistedPipeline(b, store.BoltOptions{CheckpointEvery: time.Hour, CheckpointOps: 1 << 30})
-			call := harnessCalls(b, p)
-			if ids == "lineage" {
-				call = lineageCalls(b, p)
-			}
-			for range history / window {
-				for range window {
-					call()
-				}
-				if err := st.Checkpoint(); err != nil {
-					b.Fatal(err)
-				}
-			}
-			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
-			var cpu time.Duration
-			var pages int64
-			calls := 0
-			for b.Loop() {
-				for range window {
-					call()
-				}
-				before, written := threadCPU(), st.PagesWritten()
-				if err := st.Checkpoint(); err != nil {
-					b.Fatal(err)
-				}
-				cpu += threadCPU() - before
-				pages += st.PagesWritten() - written
-				calls += window
-			}
-			b.ReportMetric(float64(cpu.Microseconds())/float64(calls), "ckpt-cpu-µs/call")
-			b.ReportMetric(float64(pages)/float64(calls), "pages/call")
+			measureCheckpoints(b, st, agentCalls(b, p, ids == "lineage"), 8000, 128_000)
 		})
 	}
 }
 
-// lineageCalls is harnessCalls without X-Run-Id: each run's first call
-// starts a run the gateway names, and its later calls are found by the
-// tool call ids they echo.
-func lineageCalls(b *testing.B, p *pipeline.Pipeline) func() {
-	const slots, steps = 1024, 4
-	ctx := context.Background()
-	n := 0
-	ids := make([]string, slots) // each slot's run, as the gateway named it
-	return func() {
-		gen, k, s := n/(slots*steps), n/slots%steps, n%slots
-		n++
-		run := fmt.Sprintf("ln-%d-%d", s, gen)
-		t := p.Begin(ctx, &pipeline.Call{Body: agentStep(run, k)}, openai.Chat{})
-		if t.Answer != nil {
-			b.Fatalf("refused: %s", t.Answer.Body)
+// measureCheckpoints makes history calls, checkpointing every window, then
+// per iteration window calls and a checkpoint, whose CPU (it runs in this
+// goroutine, on this locked thread) and bbolt pages written it reports per
+// call.
+func measureCheckpoints(b *testing.B, st *store.Bolt, call func(), window, history int) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	for range history / window {
+		for range window {
+			call()
 		}
-		if k == 0 {
-			ids[s] = t.RunID()
-		} else if t.RunID() != ids[s] {
-			b.Fatalf("step %d of %s went to run %s, not %s", k, run, t.RunID(), ids[s])
+		if err := st.Checkpoint(); err != nil {
+			b.Fatal(err)
 		}
-		p.Finish(ctx, t, pipeline.Outcome{Status: 200, Body: agentAnswer(run, k, steps)})
 	}
+	var cpu time.Duration
+	var pages int64
+	calls := 0
+	for b.Loop() {
+		for range window {
+			call()
+		}
+		before, written := threadCPU(), st.PagesWritten()
+		if err := st.Checkpoint(); err != nil {
+			b.Fatal(err)
+		}
+		cpu += threadCPU() - before
+		pages += st.PagesWritten() - written
+		calls += window
+	}
+	b.ReportMetric(float64(cpu.Microseconds())/float64(calls), "ckpt-cpu-µs/call")
+	b.ReportMetric(float64(pages)/float64(calls), "pages/call")
 }
 
 // threadCPU is the calling thread's user and system time: with the
