@@ -42,6 +42,8 @@ type Gateway struct {
 	admin   *http.Server
 	cancel  context.CancelFunc
 	done    chan struct{}
+	// restoring is the rebuilding of unfinished runs a start leaves running.
+	restoring *pipeline.Restoring
 }
 
 // Start builds the gateway from cfg and starts serving. It returns once both
@@ -106,14 +108,6 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Opt
 		cancel()
 		return nil, fmt.Errorf("telemetry: %w", err)
 	}
-	restored, err := p.Restore(bg)
-	if err != nil {
-		st.Close()
-		cancel()
-		return nil, fmt.Errorf("restore from %s: %w", cfg.Store.DataDir, err)
-	}
-	go p.RunSweeper(bg, sweepEvery)
-
 	g := &Gateway{Pipeline: p, Policy: pol, Registry: reg, cancel: cancel, done: make(chan struct{}), store: st, obs: obs}
 	g.data = proxy.New(proxy.Options{
 		Pipeline: p, OpenAI: cfg.Providers.OpenAI, Anthropic: cfg.Providers.Anthropic,
@@ -159,6 +153,27 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Opt
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      60 * time.Second,
 	}
+	// Budgets are whole before the first call; unfinished runs come back
+	// in the background, each loaded by its first call if that is sooner.
+	started := time.Now()
+	if g.restoring, err = p.StartRestore(bg); err != nil {
+		dl.Close()
+		al.Close()
+		if el != nil {
+			el.Close()
+		}
+		st.Close()
+		cancel()
+		return nil, fmt.Errorf("restore from %s: %w", cfg.Store.DataDir, err)
+	}
+	go func() {
+		n, err := g.restoring.Wait()
+		if err != nil {
+			log.Error("runs left in the store: not restored", "err", err)
+		}
+		log.Info("runs restored", "runs", n, "ms", time.Since(started).Milliseconds())
+	}()
+	go p.RunSweeper(bg, sweepEvery)
 	go func() {
 		defer close(g.done)
 		n := 2
@@ -175,7 +190,7 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Opt
 			}
 		}
 	}()
-	log.Info("gateway started", "listen", g.DataAddr, "admin", g.AdminAddr, "extproc", g.ExtProcAddr, "restored_runs", restored,
+	log.Info("gateway started", "listen", g.DataAddr, "admin", g.AdminAddr, "extproc", g.ExtProcAddr,
 		"openai", cfg.Providers.OpenAI.BaseURL, "anthropic", cfg.Providers.Anthropic.BaseURL)
 	return g, nil
 }
@@ -186,11 +201,12 @@ func (g *Gateway) Close(ctx context.Context) error {
 	if g.extproc != nil {
 		err = errors.Join(err, g.extproc.Shutdown(ctx))
 	}
-	g.cancel()
+	g.cancel() // stops the rebuilding of unfinished runs too
 	select {
 	case <-g.done:
 	case <-ctx.Done():
 	}
+	<-g.restoring.Done() // it reads the store: before the store closes
 	// Open spans end and the exporter flushes once no call is in flight.
 	g.Pipeline.SaveUnsaved() // a call the drain left in flight
 	return errors.Join(err, g.obs.Shutdown(ctx), g.store.Close())

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/haltline/haltline/pipeline"
+	"github.com/haltline/haltline/policy"
 	"github.com/haltline/haltline/store"
 	"github.com/haltline/haltline/wire/openai"
 )
@@ -403,6 +404,64 @@ func BenchmarkReopenAfterCrash(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.StopTimer()
+		reopened.Close()
+		b.StartTimer()
+	}
+}
+
+// BenchmarkRestoreAfterLoad is the restore a restart with the embedded
+// store does before it is ready (pipeline.Restore: reservations, team
+// windows, unfinished runs), over a store like the one the load harness's
+// saturation search leaves: 21,504 runs of the harness's workload, a third
+// of them left after their second step (unfinished, as an agent's that
+// went away), the rest ended. Opening the store and compiling the policy
+// are the rest of a cold start and are not counted; restored runs are
+// checked.
+func BenchmarkRestoreAfterLoad(b *testing.B) {
+	const slots, steps, gens = 1024, 4, 21
+	dir := b.TempDir()
+	p, st := persistedPipelineIn(b, dir, store.BoltOptions{CheckpointEvery: time.Hour, CheckpointOps: 1 << 30})
+	ctx := context.Background()
+	unfinished := 0
+	for gen := range gens {
+		for k := range steps {
+			for s := range slots {
+				if s%3 == 0 && k >= 2 {
+					continue // this run's agent went away
+				}
+				run := fmt.Sprintf("rs-%d-%d", s, gen)
+				t := p.Begin(ctx, &pipeline.Call{Body: agentStep(run, k), RunID: run}, openai.Chat{})
+				if t.Answer != nil {
+					b.Fatalf("refused: %s", t.Answer.Body)
+				}
+				p.Finish(ctx, t, pipeline.Outcome{Status: 200, Body: agentAnswer(run, k, steps)})
+			}
+		}
+		unfinished += (slots + 2) / 3
+	}
+	p.SaveUnsaved()
+	if err := st.Checkpoint(); err != nil {
+		b.Fatal(err)
+	}
+	st.Close()
+	pol, err := policy.New(ctx, policy.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		b.StopTimer()
+		reopened, err := store.OpenBolt(dir)
+		if err != nil {
+			b.Fatal(err)
+		}
+		restarted := pipeline.New(pipeline.Options{Policy: pol, Store: reopened})
+		runtime.GC() // the last round's runs are garbage: not this round's work
+		b.StartTimer()
+		n, err := restarted.Restore(ctx)
+		b.StopTimer()
+		if err != nil || n != unfinished {
+			b.Fatalf("restored %d runs of %d: %v", n, unfinished, err)
+		}
 		reopened.Close()
 		b.StartTimer()
 	}

@@ -19,6 +19,11 @@ func (p *Pipeline) evictEnded(now time.Time) int {
 	if p.opts.Store == nil {
 		return 0 // memory is the only home of runs
 	}
+	if p.restoring.Load() {
+		// A run that a call loaded and ended meanwhile would be rebuilt,
+		// once gone, from the older snapshot the restore read.
+		return 0
+	}
 	n := 0
 	for _, r := range p.runs.Ended(now.Add(-p.opts.EndedRetention)) {
 		r.Mu.Lock()

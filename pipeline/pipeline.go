@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/haltline/haltline/accounting"
@@ -174,6 +175,9 @@ type Pipeline struct {
 	recs recordings
 	// retain paces the store's retention sweeps (retain.go).
 	retain retention
+	// restoring is set while a restart rebuilds unfinished runs
+	// (StartRestore): no ended run leaves memory meanwhile.
+	restoring atomic.Bool
 }
 
 // New builds a pipeline.

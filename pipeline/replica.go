@@ -73,8 +73,9 @@ func (p *Pipeline) governanceOf(b *runBlob) *governance {
 	return g
 }
 
-// getRun returns a run by id: from memory, or with a shared store from the
-// store (another replica created it). nil when it does not exist.
+// getRun returns a run by id: from memory, or from the store (another
+// replica created it, it left memory, or a restart has not rebuilt it
+// yet). nil when it does not exist.
 func (p *Pipeline) getRun(id string) (*runstate.Run, error) {
 	if r := p.runs.Get(id); r != nil || p.opts.Store == nil {
 		return r, nil
@@ -91,18 +92,8 @@ func (p *Pipeline) getRun(id string) (*runstate.Run, error) {
 	if !p.shared() {
 		events = p.timelineToRestore(&b)
 	}
-	r := runstate.Restore(b.Run, events, p.now())
-	r.TrimEvents(b.Run.LastEventSeq, eventsInMemory)
-	g := p.governanceOf(&b)
-	if err := p.loadStoredResults(g, id); err != nil {
-		return nil, err
-	}
-	r.Ext = g
-	if existing, created := p.runs.Adopt(r); !created {
-		return existing, nil
-	}
-	p.restoreLedgers(g.ledgers)
-	return r, nil
+	r, _, err := p.revive(context.Background(), &b, events, p.now())
+	return r, err
 }
 
 // lookup resolves a lineage key: from memory, or with a shared store from

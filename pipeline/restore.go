@@ -3,17 +3,35 @@ package pipeline
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
-
-	"golang.org/x/sync/errgroup"
 
 	"github.com/haltline/haltline/accounting"
 	"github.com/haltline/haltline/runstate"
 	"github.com/haltline/haltline/store"
 )
+
+// Restoring is the rebuilding of a store's unfinished runs that
+// StartRestore leaves running.
+type Restoring struct {
+	done chan struct{}
+	runs int
+	err  error
+}
+
+// Wait blocks until the restore has ended and returns how many runs it
+// brought back and why any did not come back.
+func (rs *Restoring) Wait() (int, error) {
+	<-rs.done
+	return rs.runs, rs.err
+}
+
+// Done is closed when the restore has ended.
+func (rs *Restoring) Done() <-chan struct{} { return rs.done }
 
 // restoreRuns brings back the stored runs that can still move. Ended runs
 // stay in the store until something asks for one (getRun: a call, a
@@ -21,55 +39,82 @@ import (
 // run ever stored made a restart's time and memory grow with the store's
 // history (3 s and 570 MB for 22k runs). The unfinished ones are rebuilt
 // by one worker a core while the scan reads on: their decoding was most
-// of a restart's time.
+// of a restart's time. A run a call has loaded already is left as it is;
+// one that cannot be rebuilt is logged and left in the store, and the
+// others come back (its calls get the store's error, as before a
+// restart). The first failures are returned, naming their runs.
 func (p *Pipeline) restoreRuns(ctx context.Context, st store.Store, now time.Time) (int, error) {
 	type stored struct{ key, snapshot []byte }
 	work := make(chan stored, 64)
 	var restored atomic.Int64
-	g, gctx := errgroup.WithContext(ctx)
+	var failMu sync.Mutex
+	var fails []error
+	var wg sync.WaitGroup
 	for range min(runtime.GOMAXPROCS(0), 8) {
-		g.Go(func() error {
+		wg.Go(func() {
 			for s := range work {
-				if err := p.restoreRun(ctx, s.snapshot, now); err != nil {
-					return fmt.Errorf("run %q: %w", s.key, err)
+				created, err := p.restoreRun(ctx, s.snapshot, now)
+				if err != nil {
+					p.log.Error("run not restored", "run_id", string(s.key), "err", err)
+					failMu.Lock()
+					if len(fails) < maxRestoreErrors {
+						fails = append(fails, fmt.Errorf("run %q: %w", s.key, err))
+					}
+					failMu.Unlock()
+				} else if created {
+					restored.Add(1)
 				}
-				restored.Add(1)
 			}
-			return nil
 		})
 	}
 	err := st.Scan(store.Runs, func(k, v []byte) error {
+		if err := ctx.Err(); err != nil { // the gateway is closing
+			return err
+		}
 		if storedFinal(v) {
 			return nil
 		}
 		select {
 		case work <- stored{bytes.Clone(k), bytes.Clone(v)}: // v lives as long as the scan's transaction
 			return nil
-		case <-gctx.Done(): // a worker failed
-			return context.Cause(gctx)
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	})
 	close(work)
-	if werr := g.Wait(); werr != nil {
-		err = werr
-	}
-	return int(restored.Load()), err
+	wg.Wait()
+	return int(restored.Load()), errors.Join(append(fails, err)...)
 }
 
+// maxRestoreErrors bounds the failures a restore returns (each is logged).
+const maxRestoreErrors = 8
+
 // restoreRun rebuilds one unfinished run from its snapshot and puts it in
-// the registry with its ledgers and stored tool results. Safe for
-// concurrent use (restoreRuns).
-func (p *Pipeline) restoreRun(ctx context.Context, snapshot []byte, now time.Time) error {
+// the registry, unless a call has loaded it already. Safe for concurrent
+// use (restoreRuns).
+func (p *Pipeline) restoreRun(ctx context.Context, snapshot []byte, now time.Time) (bool, error) {
 	var b runBlob
 	if err := decode(snapshot, &b); err != nil {
-		return err
+		return false, err
 	}
-	events := p.timelineToRestore(&b)
+	if p.runs.Get(b.Run.ID) != nil {
+		return false, nil // loaded by a call (getRun): newer than this snapshot
+	}
+	_, created, err := p.revive(ctx, &b, p.timelineToRestore(&b), now)
+	return created, err
+}
+
+// revive builds a run from its stored snapshot, with its governance, its
+// stored tool results and its ledgers, and adds it to the registry unless
+// a run with its id is there, which it returns instead. The ledgers are in
+// the book before the run is in the registry, where a call can find it
+// and reserve on them.
+func (p *Pipeline) revive(ctx context.Context, b *runBlob, events []runstate.Event, now time.Time) (*runstate.Run, bool, error) {
 	r := runstate.Restore(b.Run, events, now)
 	r.TrimEvents(b.Run.LastEventSeq, eventsInMemory)
-	g := p.governanceOf(&b)
+	g := p.governanceOf(b)
 	if err := p.loadStoredResults(g, b.Run.ID); err != nil {
-		return err
+		return nil, false, err
 	}
 	p.restoreLedgers(g.ledgers)
 	if g.ledger != "" {
@@ -79,8 +124,8 @@ func (p *Pipeline) restoreRun(ctx context.Context, snapshot []byte, now time.Tim
 			FinalReserve: finalReserve(lim, b.Limits.FinalReserve)}}, now)
 	}
 	r.Ext = g
-	p.runs.Put(r)
-	return nil
+	existing, created := p.runs.Adopt(r)
+	return existing, created, nil
 }
 
 // timelineToRestore is the part of a stored run's timeline its restored

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -282,9 +283,93 @@ func TestRestartTimelineIsWhole(t *testing.T) {
 	leg(false)
 }
 
+// heldRunScan is a store whose scan of the runs bucket waits for release:
+// a restart's rebuilding of unfinished runs held at its start.
+type heldRunScan struct {
+	store.Store
+	release chan struct{}
+}
+
+func (h heldRunScan) Scan(b store.Bucket, fn func(k, v []byte) error) error {
+	if b == store.Runs {
+		<-h.release
+	}
+	return h.Store.Scan(b, fn)
+}
+
+// A restart serves before its unfinished runs are rebuilt: a call for one,
+// by id or by the tool call it echoes, loads it from the store with its
+// spending (its budget is not reset), and the rebuilding, once under way,
+// leaves it as the call left it; no ended run leaves memory meanwhile.
+func TestCallsWhileRunsAreRestored(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	p, st := boltPipeline(t, dir, time.Now)
+	echoed := strings.Replace(toolResponse, "call_x", "call_echoed", 1)
+	step(p, &pipeline.Call{Body: taskBody, RunID: "r-called", RunBudget: "max_steps=2"}, toolResponse)
+	step(p, &pipeline.Call{Body: taskBody, RunID: "r-echoed"}, echoed)
+	step(p, &pipeline.Call{Body: taskBody, RunID: "r-waiting"}, toolResponse)
+	st.Close()
+
+	held := heldRunScan{Store: openBolt(t, dir), release: make(chan struct{})}
+	pol, err := policy.New(context.Background(), policy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var later atomic.Int64 // how far the clock has moved on
+	now := func() time.Time { return time.Now().Add(time.Duration(later.Load())) }
+	p2 := pipeline.New(pipeline.Options{Policy: pol, Store: held, Now: now})
+	rebuild, err := p2.StartRestore(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-rebuild.Done():
+		t.Fatal("StartRestore waited for the runs' rebuilding")
+	default:
+	}
+	if p2.Runs().Get("r-called") != nil {
+		t.Fatal("a run was rebuilt before the scan was released")
+	}
+	if turn := step(p2, &pipeline.Call{Body: taskBody, RunID: "r-called"}, finalResponse); turn.Answer != nil {
+		t.Fatalf("second step of a max_steps=2 run refused: %s", turn.Answer.Body)
+	}
+	if turn := step(p2, &pipeline.Call{Body: taskBody, RunID: "r-called"}, finalResponse); turn.Answer == nil {
+		t.Fatal("third step of a max_steps=2 run forwarded: its budget was reset by the restart")
+	}
+	echo := []byte(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Do the task."},{"role":"assistant","content":null,"tool_calls":[{"id":"call_echoed","type":"function","function":{"name":"read","arguments":"{\"page\":1}"}}]},{"role":"tool","tool_call_id":"call_echoed","content":"page one"}]}`)
+	if turn := step(p2, &pipeline.Call{Body: echo}, toolResponse); turn.RunID() != "r-echoed" {
+		t.Fatalf("the echoed tool call went to run %q", turn.RunID())
+	}
+	called := p2.Runs().Get("r-called")
+	later.Store(int64(time.Hour)) // long past the retention of ended runs in memory
+	if n := p2.SweepEnded(); n != 0 || p2.Runs().Get("r-called") != called {
+		t.Fatalf("an ended run left memory while runs were being rebuilt (%d)", n)
+	}
+
+	close(held.release)
+	n, err := rebuild.Wait()
+	if err != nil || n != 1 {
+		t.Fatalf("rebuilt %d runs, %v; want r-waiting alone", n, err)
+	}
+	for id, steps := range map[string]int64{"r-called": 2, "r-echoed": 2, "r-waiting": 1} {
+		rec, ok, err := p2.Record(id)
+		if !ok || err != nil || rec.AgentSteps != steps {
+			t.Fatalf("%s after the rebuilding: %d steps (want %d), %v %v", id, rec.AgentSteps, steps, ok, err)
+		}
+	}
+	if p2.Runs().Get("r-called") != called {
+		t.Fatal("the rebuilding replaced a run a call had loaded")
+	}
+	if rec, _, _ := p2.Record("r-called"); !rec.Status.Final() || rec.Reason != runstate.ReasonMaxSteps {
+		t.Fatalf("r-called after the rebuilding: %s %s", rec.Status, rec.Reason)
+	}
+}
+
 // Unfinished runs are rebuilt by several workers: every one comes back,
-// with its spending; a snapshot that does not decode fails the restore,
-// naming its run, without leaving the scan or a worker stuck.
+// with its spending; a snapshot that does not decode is reported, naming
+// its run, stays in the store (a read of it fails), and keeps neither the
+// scan nor a worker stuck nor the other runs from coming back.
 func TestRestoreManyRunsAndACorruptOne(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -310,8 +395,14 @@ func TestRestoreManyRunsAndACorruptOne(t *testing.T) {
 	}
 	st.Close()
 	p, _ = boltPipeline(t, dir, time.Now)
-	if _, err := p.Restore(context.Background()); err == nil || !strings.Contains(err.Error(), id(150)) {
-		t.Fatalf("restore with a corrupt snapshot: %v", err)
+	if n, err := p.Restore(context.Background()); n != runs-1 || err == nil || !strings.Contains(err.Error(), id(150)) {
+		t.Fatalf("restore with a corrupt snapshot: %d runs, %v", n, err)
+	}
+	if _, _, err := p.Record(id(150)); err == nil {
+		t.Fatal("the corrupt run's record read without an error")
+	}
+	if rec, ok, err := p.Record(id(151)); !ok || err != nil || rec.AgentSteps != 1 {
+		t.Fatalf("a run after the corrupt one: %+v %v %v", rec, ok, err)
 	}
 }
 
