@@ -158,8 +158,11 @@ func (g *Guard) UnmarshalBinary(data []byte) error {
 		return errors.New("loopguard: trailing bytes in state")
 	}
 
-	// Commit: keep the newest steps that fit this guard's ring.
-	ng := Guard{th: g.th, ring: make([]stepRec, len(g.ring)), seq: seq, epoch: epoch, mark: mark}
+	// Commit: keep the newest steps that fit this guard's ring (its own:
+	// a guard is restored right after it is made, and a second ring was
+	// a third of what a restart allocated for the guard).
+	clear(g.ring)
+	ng := Guard{th: g.th, ring: g.ring, seq: seq, epoch: epoch, mark: mark}
 	if len(steps) > len(ng.ring) {
 		steps = steps[len(steps)-len(ng.ring):]
 	}

@@ -1,7 +1,6 @@
 package pipeline
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -44,8 +43,14 @@ func (rs *Restoring) Done() <-chan struct{} { return rs.done }
 // others come back (its calls get the store's error, as before a
 // restart). The first failures are returned, naming their runs.
 func (p *Pipeline) restoreRuns(ctx context.Context, st store.Store, now time.Time) (int, error) {
-	type stored struct{ key, snapshot []byte }
+	type stored struct {
+		buf  []byte // the run's key, then its snapshot
+		klen int
+	}
 	work := make(chan stored, 64)
+	// The snapshots' copies go round: decoding copies what it keeps, and
+	// a copy a run was a fifth of what a restart allocated.
+	free := make(chan []byte, cap(work)+8)
 	var restored atomic.Int64
 	var failMu sync.Mutex
 	var fails []error
@@ -53,16 +58,21 @@ func (p *Pipeline) restoreRuns(ctx context.Context, st store.Store, now time.Tim
 	for range min(runtime.GOMAXPROCS(0), 8) {
 		wg.Go(func() {
 			for s := range work {
-				created, err := p.restoreRun(ctx, s.snapshot, now)
+				created, err := p.restoreRun(ctx, s.buf[s.klen:], now)
 				if err != nil {
-					p.log.Error("run not restored", "run_id", string(s.key), "err", err)
+					key := string(s.buf[:s.klen])
+					p.log.Error("run not restored", "run_id", key, "err", err)
 					failMu.Lock()
 					if len(fails) < maxRestoreErrors {
-						fails = append(fails, fmt.Errorf("run %q: %w", s.key, err))
+						fails = append(fails, fmt.Errorf("run %q: %w", key, err))
 					}
 					failMu.Unlock()
 				} else if created {
 					restored.Add(1)
+				}
+				select {
+				case free <- s.buf[:0]:
+				default:
 				}
 			}
 		})
@@ -74,8 +84,14 @@ func (p *Pipeline) restoreRuns(ctx context.Context, st store.Store, now time.Tim
 		if storedFinal(v) {
 			return nil
 		}
+		var buf []byte // k and v live as long as the scan's transaction
 		select {
-		case work <- stored{bytes.Clone(k), bytes.Clone(v)}: // v lives as long as the scan's transaction
+		case buf = <-free:
+		default:
+		}
+		buf = append(append(buf, k...), v...)
+		select {
+		case work <- stored{buf, len(k)}:
 			return nil
 		case <-ctx.Done():
 			return ctx.Err()
