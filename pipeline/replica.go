@@ -92,7 +92,7 @@ func (p *Pipeline) getRun(id string) (*runstate.Run, error) {
 	if !p.shared() {
 		events = p.timelineToRestore(&b)
 	}
-	r, _, err := p.revive(context.Background(), &b, events, p.now())
+	r, _, err := p.revive(context.Background(), &b, events, !p.shared(), p.now())
 	return r, err
 }
 

@@ -116,7 +116,7 @@ func (p *Pipeline) restoreRun(ctx context.Context, snapshot []byte, now time.Tim
 	if p.runs.Get(b.Run.ID) != nil {
 		return false, nil // loaded by a call (getRun): newer than this snapshot
 	}
-	_, created, err := p.revive(ctx, &b, p.timelineToRestore(&b), now)
+	_, created, err := p.revive(ctx, &b, p.timelineToRestore(&b), true, now)
 	return created, err
 }
 
@@ -124,8 +124,10 @@ func (p *Pipeline) restoreRun(ctx context.Context, snapshot []byte, now time.Tim
 // stored tool results and its ledgers, and adds it to the registry unless
 // a run with its id is there, which it returns instead. The ledgers are in
 // the book before the run is in the registry, where a call can find it
-// and reserve on them.
-func (p *Pipeline) revive(ctx context.Context, b *runBlob, events []runstate.Event, now time.Time) (*runstate.Run, bool, error) {
+// and reserve on them. With ensure, a run ledger the store never got
+// starts afresh (with a shared book, a round trip: a replica's loads of
+// runs other replicas move skip it, as they always did).
+func (p *Pipeline) revive(ctx context.Context, b *runBlob, events []runstate.Event, ensure bool, now time.Time) (*runstate.Run, bool, error) {
 	r := runstate.Restore(b.Run, events, now)
 	r.TrimEvents(b.Run.LastEventSeq, eventsInMemory)
 	g := p.governanceOf(b)
@@ -133,7 +135,7 @@ func (p *Pipeline) revive(ctx context.Context, b *runBlob, events []runstate.Eve
 		return nil, false, err
 	}
 	p.restoreLedgers(g.ledgers)
-	if g.ledger != "" {
+	if ensure && g.ledger != "" {
 		lim := budgetOf(b.Limits).Vector
 		// A run ledger missing from the store (never written) starts afresh.
 		_ = p.book.Ensure(ctx, []accounting.LedgerSpec{{Key: g.ledger, Limit: lim,
