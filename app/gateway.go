@@ -168,7 +168,7 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Opt
 	}
 	go func() {
 		n, err := g.restoring.Wait()
-		if err != nil {
+		if err != nil && bg.Err() == nil { // not cut short by Close
 			log.Error("runs left in the store: not restored", "err", err)
 		}
 		log.Info("runs restored", "runs", n, "ms", time.Since(started).Milliseconds())

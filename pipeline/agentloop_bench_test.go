@@ -410,8 +410,9 @@ func BenchmarkReopenAfterCrash(b *testing.B) {
 }
 
 // BenchmarkRestoreAfterLoad is the restore a restart with the embedded
-// store does before it is ready (pipeline.Restore: reservations, team
-// windows, unfinished runs), over a store like the one the load harness's
+// store does (pipeline.Restore: reservations, team windows, then the
+// unfinished runs, which a gateway rebuilds once it serves), over a
+// store like the one the load harness's
 // saturation search leaves: 21,504 runs of the harness's workload, a third
 // of them left after their second step (unfinished, as an agent's that
 // went away), the rest ended. Opening the store and compiling the policy

@@ -370,8 +370,8 @@ func (p *Pipeline) Restore(ctx context.Context) (runs int, err error) {
 // windows hold, open approvals; then it leaves the unfinished runs to be
 // rebuilt in the background (restoreRuns) and returns: a gateway serves
 // as soon as budgets are whole, whatever the number of runs in flight
-// (7,168 of them took 130 ms to rebuild on two cores, and the time grows
-// with their number). Until a run is rebuilt, a call, a lineage key or the
+// (7,182 of them took 130–190 ms to rebuild on two cores, and the time
+// grows with their number). Until a run is rebuilt, a call, a lineage key or the
 // control plane that asks for it loads it from the store (getRun) as it
 // does a run that left memory; the rebuilding leaves such a run as it
 // is, and no ended run leaves memory until the rebuilding is over, so
