@@ -2,8 +2,11 @@ package store
 
 import (
 	"fmt"
+	"path/filepath"
 	"sync"
 	"testing"
+
+	bolt "go.etcd.io/bbolt"
 )
 
 func TestBoltGroupCommitAndReopen(t *testing.T) {
@@ -83,5 +86,65 @@ func BenchmarkBoltApply(b *testing.B) {
 				}
 			})
 		})
+	}
+}
+
+// Opening a store commits nothing when every bucket is there (a commit
+// fsyncs the file at every start), and creates the buckets a file from a
+// version with fewer lacks.
+func TestOpenCreatesOnlyMissingBuckets(t *testing.T) {
+	dir := t.TempDir()
+	st, err := OpenBolt(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-st.Apply([]Op{{Bucket: Runs, Key: []byte("r-1"), Value: []byte("run")}}); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	txid := func() int {
+		db, err := bolt.Open(filepath.Join(dir, "haltline.db"), 0o600, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		var id int
+		_ = db.View(func(tx *bolt.Tx) error { id = tx.ID(); return nil })
+		return id
+	}
+	before := txid()
+	st, err = OpenBolt(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	if after := txid(); after != before {
+		t.Fatalf("opening a complete store committed: transaction %d → %d", before, after)
+	}
+
+	db, err := bolt.Open(filepath.Join(dir, "haltline.db"), 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(func(tx *bolt.Tx) error { return tx.DeleteBucket([]byte(Recordings)) }); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	st, err = OpenBolt(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := <-st.Apply([]Op{{Bucket: Recordings, Key: []byte("r-1"), Value: []byte("rec")}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := st.Get(Recordings, []byte("r-1")); err != nil || string(v) != "rec" {
+		t.Fatalf("the bucket a file lacked: %q, %v", v, err)
+	}
+	if v, err := st.Get(Runs, []byte("r-1")); err != nil || string(v) != "run" {
+		t.Fatalf("a record of the older file: %q, %v", v, err)
 	}
 }
