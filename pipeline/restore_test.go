@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -312,6 +313,8 @@ func TestCallsWhileRunsAreRestored(t *testing.T) {
 	st.Close()
 
 	held := heldRunScan{Store: openBolt(t, dir), release: make(chan struct{})}
+	release := sync.OnceFunc(func() { close(held.release) })
+	t.Cleanup(release) // a failed check must not leave the rebuilding waiting
 	pol, err := policy.New(context.Background(), policy.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -347,7 +350,7 @@ func TestCallsWhileRunsAreRestored(t *testing.T) {
 		t.Fatalf("an ended run left memory while runs were being rebuilt (%d)", n)
 	}
 
-	close(held.release)
+	release()
 	n, err := rebuild.Wait()
 	if err != nil || n != 1 {
 		t.Fatalf("rebuilt %d runs, %v; want r-waiting alone", n, err)
