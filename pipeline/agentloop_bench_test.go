@@ -457,12 +457,18 @@ func BenchmarkRestoreAfterLoad(b *testing.B) {
 		}
 		restarted := pipeline.New(pipeline.Options{Policy: pol, Store: reopened})
 		runtime.GC() // the last round's runs are garbage: not this round's work
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
 		b.StartTimer()
 		n, err := restarted.Restore(ctx)
 		b.StopTimer()
 		if err != nil || n != unfinished {
 			b.Fatalf("restored %d runs of %d: %v", n, unfinished, err)
 		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(n), "heap-B/run")
+		runtime.KeepAlive(restarted)
 		reopened.Close()
 		b.StartTimer()
 	}
