@@ -54,9 +54,10 @@ func chromiumPath(t *testing.T) string {
 	return ""
 }
 
-// startBrowser launches Chromium with a fresh profile and opens one page.
-func startBrowser(t *testing.T) *browser {
-	t.Helper()
+// launchChromium starts a headless Chromium with a fresh profile, stopped
+// with the test, and returns a context that ends with it and its DevTools
+// address; false when it printed none within 30 s (it is then stopped).
+func launchChromium(t *testing.T) (context.Context, string, bool) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, chromiumPath(t),
 		"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -70,10 +71,10 @@ func startBrowser(t *testing.T) *browser {
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("starting chromium: %v", err)
 	}
-	t.Cleanup(func() {
+	stop := func() {
 		cancel()
 		_ = cmd.Wait()
-	})
+	}
 	wsURL := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)
@@ -83,11 +84,33 @@ func startBrowser(t *testing.T) *browser {
 			}
 		}
 	}()
-	var u string
 	select {
-	case u = <-wsURL:
+	case u := <-wsURL:
+		t.Cleanup(stop)
+		return ctx, u, true
 	case <-time.After(30 * time.Second):
-		t.Fatal("chromium did not print its DevTools address within 30 s")
+		stop()
+		return nil, "", false
+	}
+}
+
+// startBrowser launches Chromium with a fresh profile and opens one page.
+func startBrowser(t *testing.T) *browser {
+	t.Helper()
+	var ctx context.Context
+	var u string
+	// A Chromium that never printed its DevTools address (once in the
+	// nineteenth session's CI runs, on a loaded machine; it prints it in
+	// 0.3–0.6 s) is started once more with a new profile.
+	for attempt := 1; ; attempt++ {
+		var ok bool
+		if ctx, u, ok = launchChromium(t); ok {
+			break
+		}
+		if attempt == 2 {
+			t.Fatal("chromium did not print its DevTools address within 30 s, twice")
+		}
+		t.Log("chromium did not print its DevTools address within 30 s: starting it again")
 	}
 	conn, _, err := websocket.Dial(ctx, u, nil)
 	if err != nil {
