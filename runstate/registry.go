@@ -73,14 +73,6 @@ func (g *Registry) Adopt(r *Run) (*Run, bool) {
 	return r, true
 }
 
-// Put adds a run as it is (restored from the store).
-func (g *Registry) Put(r *Run) {
-	s := g.shardOf(r.ID)
-	s.mu.Lock()
-	s.runs[r.ID] = r
-	s.mu.Unlock()
-}
-
 // Lineage key kinds: what a later request can echo back.
 const (
 	KeyToolCall = "tc:"   // a tool-call id of a model response
