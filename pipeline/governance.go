@@ -45,6 +45,9 @@ type governance struct {
 	// unsaved marks a new run whose first call went out before the run was
 	// written (saveSoon): its Finish, or the timer, writes it.
 	unsaved bool
+	// listed is whether the store lists the run as unfinished
+	// (store.Unfinished; see listOp).
+	listed bool
 	// keys are the lineage keys of the run held in memory, dropped with it
 	// when it leaves memory.
 	keys []string

@@ -217,8 +217,9 @@ func (p *Pipeline) persistOps(r *runstate.Run) []store.Op {
 	var ops []store.Op
 	if g != nil {
 		g.unsaved = false
-		// Ledgers, queued writes, events, recording, the run: one slice.
-		ops = make([]store.Op, 0, len(g.ledgers)+len(g.pending)+3)
+		// Ledgers, queued writes, events, recording, the list of unfinished
+		// runs, the run: one slice.
+		ops = make([]store.Op, 0, len(g.ledgers)+len(g.pending)+4)
 		if mb, ok := p.book.(*accounting.MemBook); ok {
 			// A shared book keeps its own state; an in-process one is saved here.
 			for _, key := range g.ledgers {
@@ -259,8 +260,31 @@ func (p *Pipeline) persistOps(r *runstate.Run) []store.Op {
 	} else {
 		key = []byte(r.ID)
 	}
+	ops = listOp(ops, g, key, run.State.Final())
 	return append(ops, store.Op{Bucket: store.Runs, Key: key, Value: v})
 }
+
+// listOp keeps the store's list of unfinished runs (store.Unfinished),
+// which a restart reads instead of every stored snapshot: a run goes on it
+// with its first snapshot that is not final (a new run, a resumed one)
+// and off it with its final one, in the same commit as that snapshot. A
+// run's other writes add nothing.
+func listOp(ops []store.Op, g *governance, key []byte, final bool) []store.Op {
+	if g != nil {
+		if g.listed == !final {
+			return ops
+		}
+		g.listed = !final
+	}
+	if final {
+		return append(ops, store.Op{Bucket: store.Unfinished, Key: key})
+	}
+	return append(ops, store.Op{Bucket: store.Unfinished, Key: key, Value: listedValue})
+}
+
+// listedValue is the value of a run's entry in store.Unfinished: the key
+// is what counts.
+var listedValue = []byte("1")
 
 // persistPendingLater hands the queued ops to the store's next commit
 // (store.Store.Later): for writes nobody waits for.

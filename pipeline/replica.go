@@ -58,7 +58,8 @@ func (p *Pipeline) refresh(r *runstate.Run) error {
 // governanceOf rebuilds a run's governance from its persisted form.
 func (p *Pipeline) governanceOf(b *runBlob) *governance {
 	g := &governance{runID: []byte(b.Run.ID), limits: b.Limits, term: b.Term, loop: b.Loop, budgeted: b.Budgeted,
-		savedSeq: b.Run.LastEventSeq, version: b.Version, ledgers: b.Ledgers, ctx: b.Context}
+		savedSeq: b.Run.LastEventSeq, version: b.Version, ledgers: b.Ledgers, ctx: b.Context,
+		listed: !b.Run.State.Final()}
 	if len(g.ledgers) > 0 {
 		g.ledger = g.ledgers[0]
 	}

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -36,16 +37,24 @@ func (rs *Restoring) Done() <-chan struct{} { return rs.done }
 // stay in the store until something asks for one (getRun: a call, a
 // lineage key, the control plane), as after their eviction: loading every
 // run ever stored made a restart's time and memory grow with the store's
-// history (3 s and 570 MB for 22k runs). The unfinished ones are rebuilt
-// by one worker a core while the scan reads on: their decoding was most
-// of a restart's time. A run a call has loaded already is left as it is;
-// one that cannot be rebuilt is logged and left in the store, and the
-// others come back (its calls get the store's error, as before a
-// restart). The first failures are returned, naming their runs.
+// history (3 s and 570 MB for 22k runs). The unfinished ones are found
+// through the store's list of them (store.Unfinished, kept by listOp), so
+// that finding them does not grow with the history either; a store
+// written before the list was kept has every snapshot read once, and the
+// list written. They are rebuilt by one worker a core while the list is
+// read on: their decoding was most of a restart's time. A run a call has
+// loaded already is left as it is; one that cannot be rebuilt is logged
+// and left in the store, and the others come back (its calls get the
+// store's error, as before a restart). The first failures are returned,
+// naming their runs.
 func (p *Pipeline) restoreRuns(ctx context.Context, st store.Store, now time.Time) (int, error) {
+	listed, err := st.Get(store.Unfinished, listComplete)
+	if err != nil {
+		return 0, err
+	}
 	type stored struct {
-		buf  []byte // the run's key, then its snapshot
-		klen int
+		key, snapshot []byte
+		buf           []byte // what holds them, to reuse; nil: not to
 	}
 	work := make(chan stored, 64)
 	// The snapshots' copies go round: decoding copies what it keeps, and
@@ -58,9 +67,9 @@ func (p *Pipeline) restoreRuns(ctx context.Context, st store.Store, now time.Tim
 	for range min(runtime.GOMAXPROCS(0), 8) {
 		wg.Go(func() {
 			for s := range work {
-				created, err := p.restoreRun(ctx, s.buf[s.klen:], now)
+				created, err := p.restoreRun(ctx, s.snapshot, now)
 				if err != nil {
-					key := string(s.buf[:s.klen])
+					key := string(s.key)
 					p.log.Error("run not restored", "run_id", key, "err", err)
 					failMu.Lock()
 					if len(fails) < maxRestoreErrors {
@@ -70,13 +79,93 @@ func (p *Pipeline) restoreRuns(ctx context.Context, st store.Store, now time.Tim
 				} else if created {
 					restored.Add(1)
 				}
-				select {
-				case free <- s.buf[:0]:
-				default:
+				if s.buf != nil {
+					select {
+					case free <- s.buf[:0]:
+					default:
+					}
 				}
 			}
 		})
 	}
+	// send hands an unfinished run's snapshot to the workers: k and v as
+	// they are when owned, else a copy (they live only as long as the
+	// store's scan).
+	send := func(k, v []byte, owned bool) error {
+		s := stored{key: k, snapshot: v}
+		if !owned {
+			select {
+			case s.buf = <-free:
+			default:
+			}
+			s.buf = append(append(s.buf, k...), v...)
+			s.key, s.snapshot = s.buf[:len(k)], s.buf[len(k):]
+		}
+		select {
+		case work <- s:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if listed != nil {
+		err = sendListed(ctx, st, send)
+	} else {
+		err = listUnfinished(ctx, st, send)
+	}
+	close(work)
+	wg.Wait()
+	return int(restored.Load()), errors.Join(append(fails, err)...)
+}
+
+// listComplete is the key in store.Unfinished that says the list holds
+// every unfinished run: written once the snapshots of a store that had no
+// list were all read. HTTP header values cannot carry its NUL; a run given
+// this id some other way would, at its end, delete the key, and cost the
+// next restart one reading of every snapshot.
+var listComplete = []byte("\x00complete")
+
+// sendListed sends the snapshots of the runs on the store's list of
+// unfinished runs. An entry whose snapshot is final or gone (a run listed
+// by the first restart's reading as it ended) is skipped; the retention
+// sweep deletes it with its run.
+func sendListed(ctx context.Context, st store.Store, send func(k, v []byte, owned bool) error) error {
+	// The ids first: a read inside a bbolt scan can deadlock with a
+	// checkpoint that remaps the file.
+	var ids [][]byte
+	err := st.Scan(store.Unfinished, func(k, _ []byte) error {
+		if !bytes.Equal(k, listComplete) {
+			ids = append(ids, bytes.Clone(k))
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		if err := ctx.Err(); err != nil { // the gateway is closing
+			return err
+		}
+		v, err := st.Get(store.Runs, id)
+		if err != nil {
+			return err
+		}
+		if v == nil || storedFinal(v) {
+			continue
+		}
+		if err := send(id, v, true); err != nil { // Get's value is a copy
+			return err
+		}
+	}
+	return nil
+}
+
+// listUnfinished reads every stored snapshot, sends the unfinished runs'
+// and writes the list of them (a store written before the list was
+// kept). Runs written meanwhile list themselves (listOp); one listed here
+// as it ends keeps an entry sendListed skips.
+func listUnfinished(ctx context.Context, st store.Store, send func(k, v []byte, owned bool) error) error {
+	var ops []store.Op
 	err := st.Scan(store.Runs, func(k, v []byte) error {
 		if err := ctx.Err(); err != nil { // the gateway is closing
 			return err
@@ -84,23 +173,23 @@ func (p *Pipeline) restoreRuns(ctx context.Context, st store.Store, now time.Tim
 		if storedFinal(v) {
 			return nil
 		}
-		var buf []byte // k and v live as long as the scan's transaction
-		select {
-		case buf = <-free:
-		default:
-		}
-		buf = append(append(buf, k...), v...)
-		select {
-		case work <- stored{buf, len(k)}:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+		ops = append(ops, store.Op{Bucket: store.Unfinished, Key: bytes.Clone(k), Value: listedValue})
+		return send(k, v, false)
 	})
-	close(work)
-	wg.Wait()
-	return int(restored.Load()), errors.Join(append(fails, err)...)
+	if err != nil {
+		return err
+	}
+	for len(ops) > listBatch {
+		if err := <-st.Apply(ops[:listBatch:listBatch]); err != nil {
+			return err
+		}
+		ops = ops[listBatch:]
+	}
+	return <-st.Apply(append(ops, store.Op{Bucket: store.Unfinished, Key: listComplete, Value: listedValue}))
 }
+
+// listBatch bounds the entries of one commit of a first listing.
+const listBatch = 4096
 
 // maxRestoreErrors bounds the failures a restore returns (each is logged).
 const maxRestoreErrors = 8

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -284,15 +285,16 @@ func TestRestartTimelineIsWhole(t *testing.T) {
 	leg(false)
 }
 
-// heldRunScan is a store whose scan of the runs bucket waits for release:
-// a restart's rebuilding of unfinished runs held at its start.
+// heldRunScan is a store whose scans of the runs and of the list of
+// unfinished runs wait for release: a restart's rebuilding of unfinished
+// runs held at its start.
 type heldRunScan struct {
 	store.Store
 	release chan struct{}
 }
 
 func (h heldRunScan) Scan(b store.Bucket, fn func(k, v []byte) error) error {
-	if b == store.Runs {
+	if b == store.Runs || b == store.Unfinished {
 		<-h.release
 	}
 	return h.Store.Scan(b, fn)
@@ -406,6 +408,131 @@ func TestRestoreManyRunsAndACorruptOne(t *testing.T) {
 	}
 	if rec, ok, err := p.Record(id(151)); !ok || err != nil || rec.AgentSteps != 1 {
 		t.Fatalf("a run after the corrupt one: %+v %v %v", rec, ok, err)
+	}
+}
+
+// snapshotReads is a store that counts the scans of the runs bucket and
+// the snapshots read one by one: what a restart reads.
+type snapshotReads struct {
+	store.Store
+	scans, gets atomic.Int64
+}
+
+func (c *snapshotReads) Scan(b store.Bucket, fn func(k, v []byte) error) error {
+	if b == store.Runs {
+		c.scans.Add(1)
+	}
+	return c.Store.Scan(b, fn)
+}
+
+func (c *snapshotReads) Get(b store.Bucket, key []byte) ([]byte, error) {
+	if b == store.Runs {
+		c.gets.Add(1)
+	}
+	return c.Store.Get(b, key)
+}
+
+// listedRuns returns the runs the store lists as unfinished, and whether
+// the list says it is complete.
+func listedRuns(t *testing.T, st store.Store) ([]string, bool) {
+	t.Helper()
+	var ids []string
+	complete := false
+	err := st.Scan(store.Unfinished, func(k, _ []byte) error {
+		if string(k) == "\x00complete" {
+			complete = true
+		} else {
+			ids = append(ids, string(k))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids, complete
+}
+
+// A restart finds the unfinished runs through the store's list of them,
+// not by reading every snapshot the store holds: a run is listed from its
+// first snapshot that is not final to its final one (a resumed run again).
+// A store without the list (written before it was kept) has its snapshots
+// read once and the list written; an entry left for a run that has ended
+// is skipped, and goes with the run at the end of its retention.
+func TestRestartReadsTheListOfUnfinishedRuns(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	clock := time.Unix(1_800_000_000, 0)
+	now := func() time.Time { return clock }
+	ctx := context.Background()
+	pol, err := policy.New(ctx, policy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := func() (*pipeline.Pipeline, *store.Bolt, *snapshotReads) {
+		st := openBolt(t, dir)
+		reads := &snapshotReads{Store: st}
+		return pipeline.New(pipeline.Options{Policy: pol, Store: reads, Now: now, StoreRetention: 24 * time.Hour}), st, reads
+	}
+	var live []string
+	p, st, _ := open()
+	for i := range 10 {
+		live = append(live, fmt.Sprintf("r-live-%02d", i))
+		step(p, &pipeline.Call{Body: taskBody, RunID: live[i]}, toolResponse)
+	}
+	for i := range 30 {
+		step(p, &pipeline.Call{Body: taskBody, RunID: fmt.Sprintf("r-done-%02d", i)}, finalResponse)
+	}
+	step(p, &pipeline.Call{Body: taskBody, RunID: "r-capped", RunBudget: "max_steps=1"}, toolResponse)
+	if turn := step(p, &pipeline.Call{Body: taskBody, RunID: "r-capped"}, toolResponse); turn.Answer == nil {
+		t.Fatal("setup: the second step of a max_steps=1 run was forwarded")
+	}
+	if ids, complete := listedRuns(t, st); !slices.Equal(ids, live) || complete {
+		t.Fatalf("listed before a restart: %v (complete: %v), want %v", ids, complete, live)
+	}
+	// This store has had no restart, as one written before the list was
+	// kept: its first reads every snapshot.
+	st.Close()
+	p, st, reads := open()
+	if n, err := p.Restore(ctx); n != 10 || err != nil {
+		t.Fatalf("first restart: %d runs, %v", n, err)
+	}
+	if reads.scans.Load() != 1 {
+		t.Fatalf("first restart: %d scans of the snapshots, want 1", reads.scans.Load())
+	}
+	if ids, complete := listedRuns(t, st); !slices.Equal(ids, live) || !complete {
+		t.Fatalf("listed after the first restart: %v (complete: %v)", ids, complete)
+	}
+	// One run ends, one ended run is resumed, and an entry is left for a
+	// run that has ended (as the first listing can leave one).
+	step(p, &pipeline.Call{Body: taskBody, RunID: live[0]}, finalResponse)
+	rec, _, _ := p.Record("r-capped")
+	if _, err := p.Resume("r-capped", rec.ResumeToken, accounting.Budget{Vector: accounting.Vector{Steps: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-st.Apply([]store.Op{{Bucket: store.Unfinished, Key: []byte("r-done-00"), Value: []byte("1")}}); err != nil {
+		t.Fatal(err)
+	}
+	want := append([]string{"r-capped", "r-done-00"}, live[1:]...)
+	if ids, _ := listedRuns(t, st); !slices.Equal(ids, want) {
+		t.Fatalf("listed: %v, want %v", ids, want)
+	}
+	st.Close()
+	p, st, reads = open()
+	if n, err := p.Restore(ctx); n != 10 || err != nil {
+		t.Fatalf("second restart: %d runs, %v", n, err)
+	}
+	if reads.scans.Load() != 0 || reads.gets.Load() != 11 {
+		t.Fatalf("second restart: %d scans of the snapshots and %d read one by one, want 0 and 11", reads.scans.Load(), reads.gets.Load())
+	}
+	if p.Runs().Get("r-capped") == nil || p.Runs().Get("r-done-00") != nil || p.Runs().Get(live[0]) != nil {
+		t.Fatal("the resumed run not rebuilt, or an ended one rebuilt")
+	}
+	clock = clock.Add(48 * time.Hour)
+	if n, err := p.SweepStored(true); err != nil || n < 30 {
+		t.Fatalf("retention sweep: %d runs deleted, %v", n, err)
+	}
+	if ids, _ := listedRuns(t, st); slices.Contains(ids, "r-done-00") {
+		t.Fatalf("an ended run's entry outlived the run: %v", ids)
 	}
 }
 

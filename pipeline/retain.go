@@ -70,7 +70,9 @@ func (p *Pipeline) SweepStored(force bool) (int, error) {
 			return nil // back in memory (a late call, a resume): not gone
 		}
 		expired[id] = true
-		ops = append(ops, store.Op{Bucket: store.Runs, Key: []byte(id)})
+		// With the run goes an entry of the list of unfinished runs that
+		// the first listing left as the run ended (listUnfinished).
+		ops = append(ops, store.Op{Bucket: store.Runs, Key: []byte(id)}, store.Op{Bucket: store.Unfinished, Key: []byte(id)})
 		return nil
 	})
 	if err != nil || len(expired) == 0 {

@@ -19,10 +19,12 @@ const (
 	Approvals    Bucket = "approvals"    // ticket → approval (run id inside)
 	Blobs        Bucket = "blobs"        // handle → full text of a cut tool result (run id inside)
 	Recordings   Bucket = "recordings"   // run id → the run's recording for replay (pipeline/record.go)
+	Unfinished   Bucket = "unfinished"   // run id → "1" while the run's stored snapshot is not final (pipeline/restore.go)
 )
 
-// AllBuckets lists every bucket.
-var AllBuckets = []Bucket{Runs, Events, Lineage, Ledgers, Reservations, Idempotency, Approvals, Blobs, Recordings}
+// AllBuckets lists every bucket. The log numbers buckets by their place
+// here: a new one goes at the end.
+var AllBuckets = []Bucket{Runs, Events, Lineage, Ledgers, Reservations, Idempotency, Approvals, Blobs, Recordings, Unfinished}
 
 // Op is one write: a put, or a delete when Value is nil.
 type Op struct {
