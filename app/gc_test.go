@@ -16,3 +16,21 @@ func TestGCPercentFor(t *testing.T) {
 		}
 	}
 }
+
+func TestProcsFor(t *testing.T) {
+	for _, c := range []struct {
+		env           string
+		cpus, current int
+		want          int
+	}{
+		{"", 1, 1, 2},  // pinned to one CPU, or a one-CPU machine
+		{"1", 1, 1, 0}, // the operator's choice
+		{"", 2, 1, 0},  // a CPU quota of one: two threads would be throttled
+		{"", 4, 4, 0},  // several CPUs
+		{"", 1, 3, 0},  // set by the program already
+	} {
+		if got := procsFor(c.env, c.cpus, c.current); got != c.want {
+			t.Errorf("procsFor(%q, %d, %d) = %d, want %d", c.env, c.cpus, c.current, got, c.want)
+		}
+	}
+}

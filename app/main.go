@@ -95,6 +95,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	tuneGC(ctx, getenv)
+	if n := tuneProcs(getenv); n > 0 {
+		log.Info("one CPU: the Go scheduler runs two processors on it (GOMAXPROCS overrides)", "gomaxprocs", n)
+	}
 	g, err := Start(ctx, cfg, log)
 	if err != nil {
 		return err
