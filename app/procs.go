@@ -14,10 +14,11 @@ import "runtime"
 // the same run, median 1.1) against 9.5–112 ms (3.3–47 times, median 11)
 // with one processor, in nine alternated pairs of runs, for a CPU a call
 // 1.32 times the floor's against 1.24 (medians); on an idle core a
-// stream's first byte comes 0.1–0.3 ms later (one more thread to wake). Not where a CPU quota rather than the affinity
-// makes the one processor: two threads would run at once on two cores,
-// spend the quota in half its period and be throttled for the rest. It
-// reports the processors it set, or 0.
+// stream's first byte comes 0.1–0.3 ms later (one more thread to wake).
+// Not where a CPU quota rather than the affinity makes the one processor:
+// two threads would run at once on two cores, spend the quota in half its
+// period and be throttled for the rest. It reports the processors it set,
+// or 0.
 func tuneProcs(getenv func(string) string) int {
 	n := procsFor(getenv("GOMAXPROCS"), runtime.NumCPU(), runtime.GOMAXPROCS(0))
 	if n > 0 {
