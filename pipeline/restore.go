@@ -48,7 +48,7 @@ func (rs *Restoring) Done() <-chan struct{} { return rs.done }
 // store's error, as before a restart). The first failures are returned,
 // naming their runs.
 func (p *Pipeline) restoreRuns(ctx context.Context, st store.Store, now time.Time) (int, error) {
-	listed, err := st.Get(store.Unfinished, listComplete)
+	complete, err := st.Get(store.Unfinished, listComplete)
 	if err != nil {
 		return 0, err
 	}
@@ -108,7 +108,7 @@ func (p *Pipeline) restoreRuns(ctx context.Context, st store.Store, now time.Tim
 			return ctx.Err()
 		}
 	}
-	if listed != nil {
+	if complete != nil {
 		err = sendListed(ctx, st, send)
 	} else {
 		err = listUnfinished(ctx, st, send)
