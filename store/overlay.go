@@ -11,18 +11,29 @@ import (
 // file, so that reads see every committed write. A nil value is a delete.
 type overlay struct {
 	buckets map[Bucket]map[string][]byte
-	ops     int // distinct keys
+	// byRun groups a bucket's keys that begin with a run id (up to their
+	// first NUL: events, stored tool results), so that a scan of one run's
+	// keys reads them and not every key the overlay holds (up to a
+	// checkpoint's worth): a run's timeline, its results as it is loaded,
+	// the retention sweep's deletes.
+	byRun map[Bucket]map[string][]string
+	ops   int // distinct keys
 }
 
-func newOverlay() *overlay { return &overlay{buckets: map[Bucket]map[string][]byte{}} }
+func newOverlay() *overlay {
+	return &overlay{buckets: map[Bucket]map[string][]byte{}, byRun: map[Bucket]map[string][]string{}}
+}
 
 // next returns an empty overlay whose buckets are sized for as many keys
 // as o holds: the next checkpoint period takes about as many, and a map
 // growing from empty rehashes every key several times on the call path.
 func (o *overlay) next() *overlay {
-	n := &overlay{buckets: make(map[Bucket]map[string][]byte, len(o.buckets))}
+	n := &overlay{buckets: make(map[Bucket]map[string][]byte, len(o.buckets)), byRun: make(map[Bucket]map[string][]string, len(o.byRun))}
 	for b, m := range o.buckets {
 		n.buckets[b] = make(map[string][]byte, len(m))
+	}
+	for b, m := range o.byRun {
+		n.byRun[b] = make(map[string][]string, len(m))
 	}
 	return n
 }
@@ -45,8 +56,20 @@ func (o *overlay) put(op Op) {
 	// The key's bytes are the caller's, handed over with the op
 	// (Store.Apply): kept as they are, not copied.
 	n := len(m)
-	m[unsafe.String(unsafe.SliceData(op.Key), len(op.Key))] = op.Value
-	o.ops += len(m) - n // a new key, not a rewrite
+	key := unsafe.String(unsafe.SliceData(op.Key), len(op.Key))
+	m[key] = op.Value
+	if len(m) == n {
+		return // a rewrite
+	}
+	o.ops++
+	if i := strings.IndexByte(key, 0); i >= 0 {
+		g := o.byRun[op.Bucket]
+		if g == nil {
+			g = map[string][]string{}
+			o.byRun[op.Bucket] = g
+		}
+		g[key[:i+1]] = append(g[key[:i+1]], key)
+	}
 }
 
 // get reports the overlay's value of key: found is false when the overlay
@@ -67,6 +90,19 @@ type kv struct {
 func layered(layers []*overlay, b Bucket, prefix []byte) []kv {
 	var merged map[string][]byte
 	pre := string(prefix)
+	if pre != "" && strings.IndexByte(pre, 0) == len(pre)-1 {
+		// A run's keys (see overlay.byRun).
+		for _, o := range layers {
+			m := o.buckets[b]
+			for _, k := range o.byRun[b][pre] {
+				if merged == nil {
+					merged = map[string][]byte{}
+				}
+				merged[k] = m[k]
+			}
+		}
+		return sortedKV(merged)
+	}
 	for _, o := range layers {
 		for k, v := range o.buckets[b] {
 			if !strings.HasPrefix(k, pre) {
@@ -78,6 +114,11 @@ func layered(layers []*overlay, b Bucket, prefix []byte) []kv {
 			merged[k] = v
 		}
 	}
+	return sortedKV(merged)
+}
+
+// sortedKV returns the records of merged sorted by key.
+func sortedKV(merged map[string][]byte) []kv {
 	out := make([]kv, 0, len(merged))
 	for k, v := range merged {
 		out = append(out, kv{k, v})

@@ -48,6 +48,37 @@ func mustApply(t *testing.T, s *Bolt, ops ...Op) {
 func put(b Bucket, k, v string) Op { return Op{Bucket: b, Key: []byte(k), Value: []byte(v)} }
 func del(b Bucket, k string) Op    { return Op{Bucket: b, Key: []byte(k)} }
 
+// A scan of one run's keys (a prefix up to its first NUL) finds them in
+// the overlay's group of the run, merged as a scan of any prefix is: a
+// rewrite is one record, a delete hides the file's, another run's keys and
+// keys without the NUL stay out.
+func TestScanOfARunsKeys(t *testing.T) {
+	t.Parallel()
+	s, err := OpenBoltWith(t.TempDir(), slowCheckpoints)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	mustApply(t, s, put(Events, "r1\x00a", "1"), put(Events, "r1\x00d", "1"), put(Events, "r1\x00e", "1"))
+	if err := s.checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	mustApply(t, s, put(Events, "r1\x00b", "2"), put(Events, "r10\x00a", "2"), put(Events, "r1", "2"),
+		put(Events, "r1x", "2"), del(Events, "r1\x00d"), put(Events, "r1\x00e", "2"))
+	s.ovMu.Lock()
+	s.frozen = append(s.frozen, s.active)
+	s.active = s.active.next()
+	s.ovMu.Unlock()
+	mustApply(t, s, put(Events, "r1\x00b", "3"), put(Events, "r1\x00c", "3"), put(Events, "r2\x00a", "3"))
+	want := []string{"r1\x00a=1", "r1\x00b=3", "r1\x00c=3", "r1\x00e=2"}
+	if got := collect(t, s, Events, []byte("r1\x00")); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("scan of r1 = %q, want %q", got, want)
+	}
+	if got := collect(t, s, Events, []byte("r1")); len(got) != 7 {
+		t.Fatalf("scan of the prefix r1 = %q, want r1's four, r10's, r1 and r1x", got)
+	}
+}
+
 // Reads see the log's writes merged over the bbolt file, in key order, with
 // deletes hiding older values, before and after a checkpoint.
 func TestReadsMergeLogAndFile(t *testing.T) {
