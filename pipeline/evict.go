@@ -34,6 +34,11 @@ func (p *Pipeline) evictEnded(now time.Time) int {
 				keep = keep || a.effective(now) == ApprovalPending
 			}
 		}
+		if !keep && g != nil && len(g.owned) > 0 {
+			// Keys written since the run's last persist, listed as it
+			// leaves memory (not under a version a persist may use).
+			p.opts.Store.Later(p.ownedOp(nil, g, true, evictedVersion))
+		}
 		var keys []string
 		var ledger string
 		if g != nil {

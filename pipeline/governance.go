@@ -48,9 +48,19 @@ type governance struct {
 	// listed is whether the store lists the run as unfinished
 	// (store.Unfinished; see listOp).
 	listed bool
+	// ended is whether the store's index of runs by their end holds the
+	// run's current end (store.Ended; see endOp).
+	ended bool
 	// keys are the lineage keys of the run held in memory, dropped with it
 	// when it leaves memory.
 	keys []string
+	// owned is the keys of other buckets (lineage, tickets, blobs) the run
+	// wrote that store.Owned does not list yet (see own); ownsAll is
+	// whether store.Owned lists every such key of the run: a run begun by
+	// a version that kept the list, whose retention can then find its keys
+	// without reading every key of those buckets.
+	owned   []byte
+	ownsAll bool
 	// ctx is the context manager's state: the compressed prefix, pinned
 	// facts (persisted with the run).
 	ctx *contextmgr.State
@@ -131,7 +141,7 @@ func (p *Pipeline) govern(ctx context.Context, r *runstate.Run, call *Call) (*go
 	limits.MaxCostUSD = granted.Cost.USD()
 	limits.DeadlineMs = granted.DeadlineMs
 
-	g := &governance{runID: []byte(r.ID), limits: limits, term: term, loop: loop}
+	g := &governance{runID: []byte(r.ID), limits: limits, term: term, loop: loop, ownsAll: true}
 	lim := enforcedOnly(granted.Vector, term)
 	g.ledger = runLedgerPrefix + r.ID
 	g.ledgers = []string{g.ledger}

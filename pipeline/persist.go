@@ -30,8 +30,11 @@ type runBlob struct {
 	Loop     policy.LoopThresholds    `json:"loop"`
 	Budgeted bool                     `json:"budgeted"`
 	Ledgers  []string                 `json:"ledgers"` // the run's own first
-	Guard    []byte                   `json:"guard,omitempty"`
-	Tools    *toolSnapshot            `json:"tools,omitempty"`
+	// OwnsAll is governance.ownsAll: store.Owned lists every key of other
+	// buckets the run wrote.
+	OwnsAll bool          `json:"owns_all,omitempty"`
+	Guard   []byte        `json:"guard,omitempty"`
+	Tools   *toolSnapshot `json:"tools,omitempty"`
 	// Version grows with every write, so a replica can tell a newer state.
 	Version int64 `json:"version"`
 	// Context is the context manager's state of the run.
@@ -60,7 +63,7 @@ func encodeRun(run *runstate.Persisted, g *governance) ([]byte, error) {
 		return encode(runBlob{Run: *run})
 	}
 	if g.static == nil {
-		v, err := encode(runStatic{Limits: g.limits, Term: g.term, Loop: g.loop, Budgeted: g.budgeted, Ledgers: g.ledgers})
+		v, err := encode(runStatic{Limits: g.limits, Term: g.term, Loop: g.loop, Budgeted: g.budgeted, Ledgers: g.ledgers, OwnsAll: g.ownsAll})
 		if err != nil {
 			return nil, err
 		}
@@ -105,6 +108,7 @@ type runStatic struct {
 	Loop     policy.LoopThresholds    `json:"loop"`
 	Budgeted bool                     `json:"budgeted"`
 	Ledgers  []string                 `json:"ledgers"`
+	OwnsAll  bool                     `json:"owns_all,omitempty"`
 }
 
 // storedEvents reads a run's timeline from the store, in order. A record
@@ -219,7 +223,7 @@ func (p *Pipeline) persistOps(r *runstate.Run) []store.Op {
 		g.unsaved = false
 		// Ledgers, queued writes, events, recording, the list of unfinished
 		// runs, the run: one slice.
-		ops = make([]store.Op, 0, len(g.ledgers)+len(g.pending)+4)
+		ops = make([]store.Op, 0, len(g.ledgers)+len(g.pending)+5)
 		if mb, ok := p.book.(*accounting.MemBook); ok {
 			// A shared book keeps its own state; an in-process one is saved here.
 			for _, key := range g.ledgers {
@@ -261,6 +265,10 @@ func (p *Pipeline) persistOps(r *runstate.Run) []store.Op {
 		key = []byte(r.ID)
 	}
 	ops = listOp(ops, g, key, run.State.Final())
+	ops = endOp(ops, g, key, run.State.Final(), run.Ended, now)
+	if g != nil {
+		ops = p.ownedOp(ops, g, run.State.Final(), 0)
+	}
 	return append(ops, store.Op{Bucket: store.Runs, Key: key, Value: v})
 }
 
@@ -544,6 +552,7 @@ func (p *Pipeline) indexKey(g *governance, key, runID string) {
 	p.runs.Index(key, runID)
 	if g != nil && p.opts.Store != nil {
 		g.queue(store.Op{Bucket: store.Lineage, Key: []byte(key), Value: g.idBytes(runID)})
+		g.own(ownedLineage, key)
 		p.keepKey(g, key, runID)
 	}
 }

@@ -62,7 +62,7 @@ func TestEncodeRunMatchesTheBlob(t *testing.T) {
 			t.Fatal(err)
 		}
 		blob := runBlob{Run: run, Limits: g.limits, Term: g.term, Loop: g.loop, Budgeted: g.budgeted, Ledgers: g.ledgers,
-			Tools: g.tools.snapshot(), Version: g.version, Context: g.ctx}
+			OwnsAll: g.ownsAll, Tools: g.tools.snapshot(), Version: g.version, Context: g.ctx}
 		if b, err := g.guard.MarshalBinary(); err == nil {
 			blob.Guard = b
 		}

@@ -3,6 +3,8 @@ package pipeline
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
+	"errors"
 	"sync"
 	"time"
 
@@ -29,6 +31,128 @@ type retention struct {
 	lastSweep time.Time
 }
 
+// The store's two indexes for the retention sweep, so that a sweep reads
+// what expires rather than every stored run and every key that may point
+// at one (work that grew with the month of history a store keeps):
+//
+//   - store.Ended lists runs by their end: a run's entry is written with
+//     its first final snapshot (endOp), and again when a resumed run ends
+//     again. An entry whose run has since resumed, ended later or gone is
+//     stale: the sweep deletes it when it meets it.
+//   - store.Owned lists, by run, the keys of the buckets keyed by
+//     something else than the run id (lineage keys, tickets, blobs) that
+//     the run wrote (own, ownedOp). A run begun before the list was kept
+//     (its snapshot without owns_all) has its keys found the old way, by
+//     reading those buckets whole.
+//
+// A store written before store.Ended was kept has its first sweep read
+// every snapshot once, list the ended runs it keeps, and mark the index
+// complete (endedComplete).
+
+// endedComplete marks store.Ended as listing every ended run; it sorts
+// after every entry, whose first byte is a time's (and reads as a time
+// centuries away).
+var endedComplete = []byte("\xffcomplete")
+
+// endedKey is a run's key in store.Ended.
+func endedKey(end time.Time, id []byte) []byte {
+	k := binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(id)), uint64(end.UnixNano()))
+	return append(k, id...)
+}
+
+// endOp adds a run's entry in store.Ended with its first final snapshot,
+// in the same commit; a run that moves again is listed again when it
+// ends again. The entry's value is the keys of other buckets the run
+// wrote that store.Owned does not hold yet (see own): most runs write
+// their keys there, in the one record their end writes anyway.
+func endOp(ops []store.Op, g *governance, key []byte, final bool, end, now time.Time) []store.Op {
+	value := listedValue
+	if g != nil {
+		if g.ended == final {
+			return ops
+		}
+		g.ended = final
+		if final && len(g.owned) > 0 {
+			value, g.owned = g.owned, nil // handed over to the store
+		}
+	}
+	if !final {
+		return ops
+	}
+	if end.IsZero() {
+		end = now
+	}
+	return append(ops, store.Op{Bucket: store.Ended, Key: endedKey(end, key), Value: value})
+}
+
+// Kinds of key in a store.Owned record: the bucket the key is in.
+const (
+	ownedLineage  = 'l'
+	ownedApproval = 'a'
+	ownedBlob     = 'b'
+)
+
+var ownedBuckets = map[byte]store.Bucket{ownedLineage: store.Lineage, ownedApproval: store.Approvals, ownedBlob: store.Blobs}
+
+// ownedFlush is how many bytes of keys a run holds before its next
+// persist writes them to store.Owned: a record every dozen calls or so of
+// a long run, not one a call, and at most this much in memory a run.
+const ownedFlush = 1024
+
+// own notes a key the run wrote in a bucket not keyed by run id, for the
+// next ownedOp. The caller holds the run's lock.
+func (g *governance) own(kind byte, key string) {
+	if g.owned == nil {
+		g.owned = make([]byte, 0, 256) // grown once or twice in a run's life, not at every key
+	}
+	g.owned = append(g.owned, kind)
+	g.owned = binary.AppendUvarint(g.owned, uint64(len(key)))
+	g.owned = append(g.owned, key...)
+}
+
+// ownedOp writes the keys own noted that endOp did not take to
+// store.Owned, keyed by the persist's version, once they are ownedFlush
+// long, when the run is final (it may leave memory) or when replicas
+// share the run (the next persist may be another's).
+func (p *Pipeline) ownedOp(ops []store.Op, g *governance, final bool, mark uint64) []store.Op {
+	if len(g.owned) == 0 || (len(g.owned) < ownedFlush && !final && !p.shared()) {
+		return ops
+	}
+	k := binary.BigEndian.AppendUint64(append(append(make([]byte, 0, len(g.runID)+9), g.runID...), 0), uint64(g.version)|mark)
+	ops = append(ops, store.Op{Bucket: store.Owned, Key: k, Value: g.owned})
+	g.owned = nil // handed over to the store
+	return ops
+}
+
+// evictedVersion marks the key of the store.Owned record written as a run
+// leaves memory: its version is that of the run's last persist, which may
+// have written a record of its own.
+const evictedVersion = 1 << 63
+
+// ownedKeys calls fn with each key of a store.Owned record.
+func ownedKeys(v []byte, fn func(b store.Bucket, key []byte)) {
+	for len(v) > 1 {
+		b, ok := ownedBuckets[v[0]]
+		n, w := binary.Uvarint(v[1:])
+		if !ok || w <= 0 || n > uint64(len(v)-1-w) {
+			return
+		}
+		v = v[1+w:]
+		fn(b, v[:n])
+		v = v[n:]
+	}
+}
+
+// errStopScan ends a scan early.
+var errStopScan = errors.New("scan stopped")
+
+// expiredRun is a stored run past its retention.
+type expiredRun struct {
+	id      string
+	ownsAll bool
+	owned   []byte // the keys its entry in store.Ended lists (see endOp)
+}
+
 // SweepStored deletes from the store the runs that ended more than
 // StoreRetention ago and are not in memory: their snapshot, timeline,
 // own ledger, lineage keys, stored tool results, approval tickets and
@@ -50,57 +174,216 @@ func (p *Pipeline) SweepStored(force bool) (int, error) {
 	p.retain.lastSweep = now
 	cutoff := now.Add(-p.opts.StoreRetention)
 
-	expired := map[string]bool{}
-	var ops []store.Op
-	err := st.Scan(store.Runs, func(k, v []byte) error {
-		if len(expired) >= storeSweepMax {
-			return nil
-		}
-		var b struct {
-			Run struct {
-				State runstate.State `json:"state"`
-				Ended time.Time      `json:"ended"`
-			} `json:"run"`
-		}
-		if decode(v, &b) != nil || !b.Run.State.Final() || b.Run.Ended.IsZero() || !b.Run.Ended.Before(cutoff) {
-			return nil
-		}
-		id := string(k)
-		if p.runs.Get(id) != nil {
-			return nil // back in memory (a late call, a resume): not gone
-		}
-		expired[id] = true
-		// With the run goes an entry of the list of unfinished runs that
-		// the first listing left as the run ended (listUnfinished).
-		ops = append(ops, store.Op{Bucket: store.Runs, Key: []byte(id)}, store.Op{Bucket: store.Unfinished, Key: []byte(id)})
-		return nil
-	})
-	if err != nil || len(expired) == 0 {
+	complete, err := st.Get(store.Ended, endedComplete)
+	if err != nil {
 		return 0, err
 	}
-	var ledgers []string
-	for id := range expired {
-		prefix := append([]byte(id), 0)
+	var expired []expiredRun
+	var ops []store.Op
+	if complete != nil {
+		expired, ops, err = p.expiredByIndex(cutoff)
+	} else {
+		expired, ops, err = p.expiredByScan(cutoff)
+	}
+	if err != nil || len(expired) == 0 {
+		if err == nil {
+			err = applyAll(st, ops)
+		}
+		return 0, err
+	}
+	ops, err = p.forgetRuns(expired, ops)
+	if err != nil {
+		return 0, err
+	}
+	if err := applyAll(st, ops); err != nil {
+		return 0, err
+	}
+	ledgers := make([]string, len(expired))
+	for i, e := range expired {
+		ledgers[i] = runLedgerPrefix + e.id
+	}
+	if err := p.book.Forget(context.Background(), ledgers); err != nil {
+		return 0, err
+	}
+	p.log.Info("stored runs past retention deleted", "runs", len(expired), "retention", p.opts.StoreRetention.String())
+	return len(expired), nil
+}
+
+// storedEnd is what the sweep reads of a stored snapshot.
+type storedEnd struct {
+	Run struct {
+		State runstate.State `json:"state"`
+		Ended time.Time      `json:"ended"`
+	} `json:"run"`
+	OwnsAll bool `json:"owns_all"`
+}
+
+// expiredAt reports whether a stored run ended before cutoff.
+func (b *storedEnd) expiredAt(cutoff time.Time) bool {
+	return b.Run.State.Final() && !b.Run.Ended.IsZero() && b.Run.Ended.Before(cutoff)
+}
+
+// expiredByIndex finds the expired runs through store.Ended, reading the
+// entries older than cutoff and their runs' snapshots only. It returns
+// them with the deletes of the entries it read, stale ones included.
+func (p *Pipeline) expiredByIndex(cutoff time.Time) ([]expiredRun, []store.Op, error) {
+	st := p.opts.Store
+	var entries []store.Op
+	until := uint64(cutoff.UnixNano())
+	err := st.Scan(store.Ended, func(k, v []byte) error {
+		if len(k) <= 8 || binary.BigEndian.Uint64(k) >= until || len(entries) >= storeSweepMax {
+			return errStopScan
+		}
+		entries = append(entries, store.Op{Key: bytes.Clone(k), Value: bytes.Clone(v)})
+		return nil
+	})
+	if err != nil && !errors.Is(err, errStopScan) {
+		return nil, nil, err
+	}
+	var expired []expiredRun
+	var ops []store.Op
+	for _, e := range entries {
+		id := e.Key[8:]
+		if p.runs.Get(string(id)) != nil {
+			continue // back in memory (a late call, a resume): not gone
+		}
+		v, err := st.Get(store.Runs, id)
+		if err != nil {
+			return nil, nil, err
+		}
+		var b storedEnd
+		switch {
+		case v != nil && decode(v, &b) == nil && b.expiredAt(cutoff):
+			expired = append(expired, expiredRun{id: string(id), ownsAll: b.OwnsAll, owned: e.Value})
+		case v != nil && len(e.Value) > 1:
+			// Stale, the run moved again since: the keys it wrote before
+			// stay listed, in a record of store.Owned of their own.
+			k := append(append(append(make([]byte, 0, len(e.Key)+2), id...), 0, 'e'), e.Key[:8]...)
+			ops = append(ops, store.Op{Bucket: store.Owned, Key: k, Value: e.Value})
+		}
+		// Otherwise stale: the run is gone, or moved or ended since (its
+		// later end has an entry of its own).
+		ops = append(ops, store.Op{Bucket: store.Ended, Key: e.Key})
+	}
+	return expired, ops, nil
+}
+
+// expiredByScan finds the expired runs of a store whose store.Ended is not
+// complete by reading every snapshot, and returns them with the entries of
+// the other ended runs and the mark that completes the index.
+func (p *Pipeline) expiredByScan(cutoff time.Time) ([]expiredRun, []store.Op, error) {
+	st := p.opts.Store
+	var expired []expiredRun
+	var ended []store.Op // entries to check, then to write
+	err := st.Scan(store.Runs, func(k, v []byte) error {
+		var b storedEnd
+		if decode(v, &b) != nil || !b.Run.State.Final() {
+			return nil
+		}
+		if b.expiredAt(cutoff) && len(expired) < storeSweepMax && p.runs.Get(string(k)) == nil {
+			expired = append(expired, expiredRun{id: string(k), ownsAll: b.OwnsAll})
+			return nil
+		}
+		end := b.Run.Ended
+		if end.IsZero() {
+			end = cutoff // ended before its end was recorded: the next sweep reads it
+		}
+		ended = append(ended, store.Op{Bucket: store.Ended, Key: endedKey(end, k), Value: listedValue})
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	// A run that ended since the index was kept has its entry, with the
+	// keys it lists: kept as it is.
+	var ops []store.Op
+	for _, op := range ended {
+		if v, err := st.Get(store.Ended, op.Key); err != nil {
+			return nil, nil, err
+		} else if v == nil {
+			ops = append(ops, op)
+		}
+	}
+	for i, e := range expired {
+		if !e.ownsAll {
+			continue
+		}
+		v, err := st.Get(store.Runs, []byte(e.id))
+		var b storedEnd
+		if err != nil || v == nil || decode(v, &b) != nil {
+			return nil, nil, errors.Join(err, errors.New("store: run "+e.id+" not read again"))
+		}
+		key := endedKey(b.Run.Ended, []byte(e.id))
+		if expired[i].owned, err = st.Get(store.Ended, key); err != nil {
+			return nil, nil, err
+		}
+		ops = append(ops, store.Op{Bucket: store.Ended, Key: key})
+	}
+	return expired, append(ops, store.Op{Bucket: store.Ended, Key: endedComplete, Value: listedValue}), nil
+}
+
+// forgetRuns adds to ops the deletes of everything the expired runs left in
+// the store.
+func (p *Pipeline) forgetRuns(expired []expiredRun, ops []store.Op) ([]store.Op, error) {
+	st := p.opts.Store
+	unlisted := map[string]bool{} // runs whose keys store.Owned may not all list
+	for _, e := range expired {
+		// With the run goes an entry of the list of unfinished runs that
+		// the first listing left as the run ended (listUnfinished).
+		ops = append(ops, store.Op{Bucket: store.Runs, Key: []byte(e.id)}, store.Op{Bucket: store.Unfinished, Key: []byte(e.id)})
+		if !e.ownsAll {
+			unlisted[e.id] = true
+		}
+		prefix := append([]byte(e.id), 0)
 		for _, b := range []store.Bucket{store.Events, store.Idempotency} {
 			err := st.ScanPrefix(b, prefix, func(k, _ []byte) error {
 				ops = append(ops, store.Op{Bucket: b, Key: bytes.Clone(k)})
 				return nil
 			})
 			if err != nil {
-				return 0, err
+				return nil, err
 			}
 		}
-		ledgers = append(ledgers, runLedgerPrefix+id)
-	}
-	if _, ok := p.book.(*accounting.MemBook); ok {
-		for _, key := range ledgers {
-			ops = append(ops, store.Op{Bucket: store.Ledgers, Key: []byte(key)})
+		owned := [][]byte{e.owned}
+		err := st.ScanPrefix(store.Owned, prefix, func(k, v []byte) error {
+			ops = append(ops, store.Op{Bucket: store.Owned, Key: bytes.Clone(k)})
+			owned = append(owned, bytes.Clone(v))
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		for _, v := range owned {
+			var err error
+			ownedKeys(v, func(b store.Bucket, key []byte) {
+				if err != nil {
+					return
+				}
+				if b == store.Lineage {
+					// A lineage key points at the run that wrote it last.
+					var at []byte
+					if at, err = st.Get(b, key); err != nil || string(at) != e.id {
+						return
+					}
+				}
+				ops = append(ops, store.Op{Bucket: b, Key: bytes.Clone(key)})
+			})
+			if err != nil {
+				return nil, err
+			}
+		}
+		if _, ok := p.book.(*accounting.MemBook); ok {
+			ops = append(ops, store.Op{Bucket: store.Ledgers, Key: []byte(runLedgerPrefix + e.id)})
 		}
 	}
-	// Keys that point at an expired run from the other side.
+	if len(unlisted) == 0 {
+		return ops, nil
+	}
+	// Keys that point at a run begun before store.Owned was kept, found
+	// from the other side.
 	byValue := func(b store.Bucket, runOf func(v []byte) string) error {
 		return st.Scan(b, func(k, v []byte) error {
-			if expired[runOf(v)] {
+			if unlisted[runOf(v)] {
 				ops = append(ops, store.Op{Bucket: b, Key: bytes.Clone(k)})
 			}
 			return nil
@@ -114,23 +397,24 @@ func (p *Pipeline) SweepStored(force bool) (int, error) {
 		return rec.RunID
 	}
 	if err := byValue(store.Lineage, func(v []byte) string { return string(v) }); err != nil {
-		return 0, err
+		return nil, err
 	}
 	for _, b := range []store.Bucket{store.Approvals, store.Blobs} {
 		if err := byValue(b, runIDField); err != nil {
-			return 0, err
+			return nil, err
 		}
 	}
+	return ops, nil
+}
+
+// applyAll writes ops in commits of storeSweepBatch.
+func applyAll(st store.Store, ops []store.Op) error {
 	for len(ops) > 0 {
 		n := min(len(ops), storeSweepBatch)
-		if err := <-st.Apply(ops[:n]); err != nil {
-			return 0, err
+		if err := <-st.Apply(ops[:n:n]); err != nil {
+			return err
 		}
 		ops = ops[n:]
 	}
-	if err := p.book.Forget(context.Background(), ledgers); err != nil {
-		return 0, err
-	}
-	p.log.Info("stored runs past retention deleted", "runs", len(expired), "retention", p.opts.StoreRetention.String())
-	return len(expired), nil
+	return nil
 }

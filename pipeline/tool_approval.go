@@ -112,6 +112,9 @@ func (p *Pipeline) approvalGate(tt *ToolTurn, r *runstate.Run, g *governance, ts
 		Created: now.UTC(), Expires: now.Add(ttl).UTC(), Key: tt.key}
 	ts.approvals[a.Ticket] = a
 	p.queueApproval(g, a)
+	if p.opts.Store != nil {
+		g.own(ownedApproval, a.Ticket)
+	}
 	p.runs.Index(keyTicket+a.Ticket, r.ID)
 	if r.State != runstate.Paused {
 		ts.PausedAt = now

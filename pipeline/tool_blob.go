@@ -73,6 +73,7 @@ func (p *Pipeline) keepBlob(r *runstate.Run, g *governance, ts *toolState, text 
 	if p.opts.Store != nil {
 		if v, err := json.Marshal(blobRecord{RunID: r.ID, Text: text}); err == nil {
 			g.queue(store.Op{Bucket: store.Blobs, Key: []byte(handle), Value: v})
+			g.own(ownedBlob, handle)
 		}
 	}
 	return handle

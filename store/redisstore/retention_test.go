@@ -2,7 +2,7 @@ package redisstore
 
 import (
 	"context"
-	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -48,12 +48,15 @@ func TestRetentionSweep(t *testing.T) {
 func retentionSweep(t *testing.T, st store.Store, book accounting.Book, lock pipeline.RunLock) {
 	clock := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
 	now := func() time.Time { return clock }
-	pol, err := policy.New(context.Background(), policy.Options{})
+	pol, err := policy.New(context.Background(), policy.Options{Data: map[string]any{"tools": map[string]any{
+		"fs": map[string]any{"read": map[string]any{"level": "L0"}, "delete": map[string]any{"level": "L2"}}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := pipeline.New(pipeline.Options{Policy: pol, Book: book, Store: st, RunLock: lock, Now: now,
 		StoreRetention: 24 * time.Hour})
+	p.ToolRegistry().Declare("fs", "read", "L0", 0)
+	p.ToolRegistry().Declare("fs", "delete", "L2", 0)
 	ctx := context.Background()
 	body := []byte(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Do the task."}]}`)
 	answer := func(callID string) []byte {
@@ -70,25 +73,48 @@ func retentionSweep(t *testing.T, st store.Store, book accounting.Book, lock pip
 		}
 		p.Finish(ctx, turn, pipeline.Outcome{Status: 200, Body: answer(toolCallID)})
 	}
-	toolRecords := func(runID string) []store.Op {
-		ticket, _ := json.Marshal(pipeline.Approval{Ticket: "t-" + runID, RunID: runID, Tool: "delete_file", Status: "denied"})
-		blob, _ := json.Marshal(map[string]string{"run_id": runID, "text": "a long tool result"})
-		return []store.Op{
-			{Bucket: store.Approvals, Key: []byte("t-" + runID), Value: ticket},
-			{Bucket: store.Blobs, Key: []byte("b-" + runID), Value: blob},
-			{Bucket: store.Idempotency, Key: []byte(runID + "\x00fs/write_file/abc"), Value: []byte(`{}`)},
+	// A run's tool calls through the gateway: a long result, cut and kept
+	// as a blob, then a call held for approval, which is denied: that ends
+	// the run. Its ticket and blob are stored under keys of their own.
+	toolCalls := func(runID string) (ticket, blob string) {
+		t.Helper()
+		tool := func(name, text string) (*pipeline.ToolTurn, pipeline.StoredResult) {
+			tt := p.BeginTool(ctx, &pipeline.ToolCall{Server: "fs", Name: name, Arguments: []byte(`{"path":"a"}`), RunID: runID})
+			if tt.Answer != nil {
+				return tt, pipeline.StoredResult{}
+			}
+			return tt, p.FinishTool(ctx, tt, pipeline.ToolOutcome{Text: text, Render: func(s string) pipeline.StoredResult {
+				return pipeline.StoredResult{Status: 200, Body: []byte(`"` + s + `"`)}
+			}})
 		}
+		if _, res := tool("read", strings.Repeat("a long tool result ", 500)); res.Handle == "" {
+			t.Fatalf("%s: the long result was not cut", runID)
+		} else {
+			blob = res.Handle
+		}
+		tt, _ := tool("delete", "")
+		if tt.Answer == nil || tt.Answer.Approval == nil {
+			t.Fatalf("%s: the L2 call was not held for approval", runID)
+		}
+		ticket = tt.Answer.Approval.Ticket
+		if _, err := p.Decide(ticket, "deny", "ops"); err != nil {
+			t.Fatal(err)
+		}
+		return ticket, blob
+	}
+	idempotent := func(runID string) store.Op {
+		return store.Op{Bucket: store.Idempotency, Key: []byte(runID + "\x00fs/write_file/abc"), Value: []byte(`{}`)}
 	}
 	call("r-old", "call_old")
-	call("r-old", "")
-	if err := <-st.Apply(append(toolRecords("r-old"),
-		store.Op{Bucket: store.Ledgers, Key: []byte("team:red:daily"), Value: []byte(`{"key":"team:red:daily"}`)})); err != nil {
+	oldTicket, oldBlob := toolCalls("r-old")
+	if err := <-st.Apply([]store.Op{idempotent("r-old"),
+		{Bucket: store.Ledgers, Key: []byte("team:red:daily"), Value: []byte(`{"key":"team:red:daily"}`)}}); err != nil {
 		t.Fatal(err)
 	}
 	clock = clock.Add(48 * time.Hour)
 	call("r-recent", "call_recent")
-	call("r-recent", "")
-	if err := <-st.Apply(toolRecords("r-recent")); err != nil {
+	recentTicket, recentBlob := toolCalls("r-recent")
+	if err := <-st.Apply([]store.Op{idempotent("r-recent")}); err != nil {
 		t.Fatal(err)
 	}
 	call("r-live", "call_live") // a tool call outstanding: in progress
@@ -123,9 +149,9 @@ func retentionSweep(t *testing.T, st store.Store, book accounting.Book, lock pip
 		key  string
 		want bool
 	}{
-		{store.Runs, "r-old", false}, {store.Approvals, "t-r-old", false}, {store.Blobs, "b-r-old", false},
+		{store.Runs, "r-old", false}, {store.Approvals, oldTicket, false}, {store.Blobs, oldBlob, false},
 		{store.Idempotency, "r-old\x00fs/write_file/abc", false}, {store.Lineage, "tc:call_old", false},
-		{store.Runs, "r-recent", true}, {store.Approvals, "t-r-recent", true}, {store.Blobs, "b-r-recent", true},
+		{store.Runs, "r-recent", true}, {store.Approvals, recentTicket, true}, {store.Blobs, recentBlob, true},
 		{store.Idempotency, "r-recent\x00fs/write_file/abc", true}, {store.Lineage, "tc:call_recent", true},
 		{store.Runs, "r-live", true}, {store.Lineage, "tc:call_live", true}, {store.Ledgers, "team:red:daily", true},
 	} {
@@ -139,7 +165,7 @@ func retentionSweep(t *testing.T, st store.Store, book accounting.Book, lock pip
 	if _, ok, _ := p.Record("r-old"); ok {
 		t.Error("r-old still has a record")
 	}
-	if rec, ok, _ := p.Record("r-recent"); !ok || rec.AgentSteps != 2 {
+	if rec, ok, _ := p.Record("r-recent"); !ok || rec.AgentSteps != 1 || rec.Reason != "approval_denied" {
 		t.Errorf("r-recent: %+v %v", rec, ok)
 	}
 	if _, spent, _, err := book.Snapshot(ctx, "run:r-old", clock); err != nil || !spent.IsZero() {
@@ -149,7 +175,7 @@ func retentionSweep(t *testing.T, st store.Store, book accounting.Book, lock pip
 		if present(store.Ledgers, "run:r-old") || !present(store.Ledgers, "run:r-recent") {
 			t.Error("stored run ledgers: r-old's kept or r-recent's lost")
 		}
-	} else if _, spent, _, err := book.Snapshot(ctx, "run:r-recent", clock); err != nil || spent.Steps != 2 {
+	} else if _, spent, _, err := book.Snapshot(ctx, "run:r-recent", clock); err != nil || spent.Steps != 1 {
 		t.Errorf("r-recent's ledger: spent %+v, err %v", spent, err)
 	}
 	if n, err := p.SweepStored(false); n != 0 || err != nil {
