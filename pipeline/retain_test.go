@@ -207,7 +207,8 @@ func BenchmarkSweepStored(b *testing.B) {
 	start := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
 	clock := start
 	now := func() time.Time { return clock }
-	bolt := openBolt(b, b.TempDir())
+	dir := b.TempDir()
+	bolt := openBolt(b, dir)
 	st := &bucketReads{Store: bolt, scans: map[store.Bucket]int{}}
 	pol, err := policy.New(context.Background(), policy.Options{})
 	if err != nil {
@@ -254,6 +255,12 @@ func BenchmarkSweepStored(b *testing.B) {
 		}
 	}
 	plant(recent, "tpl-new", "h-", kept)
+	// A restart, which leaves the history in the bbolt file, as the
+	// checkpoints of the hours before a sweep would have.
+	bolt.Close()
+	bolt = openBolt(b, dir)
+	st = &bucketReads{Store: bolt, scans: map[store.Bucket]int{}}
+	p = pipeline.New(pipeline.Options{Policy: pol, Store: st, Now: now, StoreRetention: 24 * time.Hour})
 	clock = start.Add(48 * time.Hour)
 	if _, err := p.SweepStored(true); err != nil { // a first sweep, as after an upgrade
 		b.Fatal(err)
