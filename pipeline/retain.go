@@ -150,7 +150,8 @@ var errStopScan = errors.New("scan stopped")
 type expiredRun struct {
 	id      string
 	ownsAll bool
-	owned   []byte // the keys its entry in store.Ended lists (see endOp)
+	entry   []byte // its key in store.Ended
+	owned   []byte // the keys that entry lists (see endOp)
 }
 
 // SweepStored deletes from the store the runs that ended more than
@@ -179,23 +180,23 @@ func (p *Pipeline) SweepStored(force bool) (int, error) {
 		return 0, err
 	}
 	var expired []expiredRun
-	var ops []store.Op
+	var ops []store.Op // deletes of stale entries of store.Ended
 	if complete != nil {
 		expired, ops, err = p.expiredByIndex(cutoff)
 	} else {
-		expired, ops, err = p.expiredByScan(cutoff)
+		expired, err = p.indexEnded(cutoff)
+	}
+	if err == nil {
+		ops, err = p.forgetRuns(expired, ops)
+	}
+	if err == nil {
+		err = applyAll(st, ops)
+	}
+	if err == nil && complete == nil {
+		// Last: until then, the next sweep reads every snapshot again.
+		err = <-st.Apply([]store.Op{{Bucket: store.Ended, Key: endedComplete, Value: listedValue}})
 	}
 	if err != nil || len(expired) == 0 {
-		if err == nil {
-			err = applyAll(st, ops)
-		}
-		return 0, err
-	}
-	ops, err = p.forgetRuns(expired, ops)
-	if err != nil {
-		return 0, err
-	}
-	if err := applyAll(st, ops); err != nil {
 		return 0, err
 	}
 	ledgers := make([]string, len(expired))
@@ -225,7 +226,7 @@ func (b *storedEnd) expiredAt(cutoff time.Time) bool {
 
 // expiredByIndex finds the expired runs through store.Ended, reading the
 // entries older than cutoff and their runs' snapshots only. It returns
-// them with the deletes of the entries it read, stale ones included.
+// them with the deletes of the stale entries it read.
 func (p *Pipeline) expiredByIndex(cutoff time.Time) ([]expiredRun, []store.Op, error) {
 	st := p.opts.Store
 	var entries []store.Op
@@ -254,7 +255,8 @@ func (p *Pipeline) expiredByIndex(cutoff time.Time) ([]expiredRun, []store.Op, e
 		var b storedEnd
 		switch {
 		case v != nil && decode(v, &b) == nil && b.expiredAt(cutoff):
-			expired = append(expired, expiredRun{id: string(id), ownsAll: b.OwnsAll, owned: e.Value})
+			expired = append(expired, expiredRun{id: string(id), ownsAll: b.OwnsAll, entry: e.Key, owned: e.Value})
+			continue
 		case v != nil && len(e.Value) > 1:
 			// Stale, the run moved again since: the keys it wrote before
 			// stay listed, in a record of store.Owned of their own.
@@ -268,58 +270,66 @@ func (p *Pipeline) expiredByIndex(cutoff time.Time) ([]expiredRun, []store.Op, e
 	return expired, ops, nil
 }
 
-// expiredByScan finds the expired runs of a store whose store.Ended is not
-// complete by reading every snapshot, and returns them with the entries of
-// the other ended runs and the mark that completes the index.
-func (p *Pipeline) expiredByScan(cutoff time.Time) ([]expiredRun, []store.Op, error) {
+// indexEnded lists in store.Ended every ended run of a store whose index
+// is not complete, reading every snapshot once, and returns the expired
+// ones. A run that ended since the index was kept has its entry, with the
+// keys it lists, kept as it is. Expired runs get theirs too, deleted with
+// them: if the sweep fails on the way, the next one finds them by it.
+func (p *Pipeline) indexEnded(cutoff time.Time) ([]expiredRun, error) {
 	st := p.opts.Store
 	var expired []expiredRun
-	var ended []store.Op // entries to check, then to write
+	// The entries' keys, end to end (ends[i] is where the i-th ends): a
+	// few dozen bytes a stored run, rather than an op and a key each.
+	var keys []byte
+	var ends []int
+	var expiredAt []int // the entries of the expired runs
 	err := st.Scan(store.Runs, func(k, v []byte) error {
 		var b storedEnd
 		if decode(v, &b) != nil || !b.Run.State.Final() {
 			return nil
 		}
-		if b.expiredAt(cutoff) && len(expired) < storeSweepMax && p.runs.Get(string(k)) == nil {
-			expired = append(expired, expiredRun{id: string(k), ownsAll: b.OwnsAll})
-			return nil
-		}
 		end := b.Run.Ended
 		if end.IsZero() {
-			end = cutoff // ended before its end was recorded: the next sweep reads it
+			end = cutoff // never expires (expiredAt); its entry goes as stale
 		}
-		ended = append(ended, store.Op{Bucket: store.Ended, Key: endedKey(end, k), Value: listedValue})
+		keys = append(binary.BigEndian.AppendUint64(keys, uint64(end.UnixNano())), k...)
+		ends = append(ends, len(keys))
+		if b.expiredAt(cutoff) && len(expired) < storeSweepMax && p.runs.Get(string(k)) == nil {
+			expired = append(expired, expiredRun{id: string(k), ownsAll: b.OwnsAll})
+			expiredAt = append(expiredAt, len(ends)-1)
+		}
 		return nil
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	// A run that ended since the index was kept has its entry, with the
-	// keys it lists: kept as it is.
 	var ops []store.Op
-	for _, op := range ended {
-		if v, err := st.Get(store.Ended, op.Key); err != nil {
-			return nil, nil, err
-		} else if v == nil {
-			ops = append(ops, op)
+	next := 0 // in expired
+	for i, end := range ends {
+		start := 0
+		if i > 0 {
+			start = ends[i-1]
+		}
+		key := keys[start:end:end]
+		v, err := st.Get(store.Ended, key)
+		if err != nil {
+			return nil, err
+		}
+		if next < len(expired) && expiredAt[next] == i {
+			expired[next].entry, expired[next].owned = key, v
+			next++
+		}
+		if v == nil {
+			ops = append(ops, store.Op{Bucket: store.Ended, Key: key, Value: listedValue})
+		}
+		if len(ops) == storeSweepBatch || (i == len(ends)-1 && len(ops) > 0) {
+			if err := <-st.Apply(ops); err != nil {
+				return nil, err
+			}
+			ops = make([]store.Op, 0, storeSweepBatch) // the store keeps the last ones
 		}
 	}
-	for i, e := range expired {
-		if !e.ownsAll {
-			continue
-		}
-		v, err := st.Get(store.Runs, []byte(e.id))
-		var b storedEnd
-		if err != nil || v == nil || decode(v, &b) != nil {
-			return nil, nil, errors.Join(err, errors.New("store: run "+e.id+" not read again"))
-		}
-		key := endedKey(b.Run.Ended, []byte(e.id))
-		if expired[i].owned, err = st.Get(store.Ended, key); err != nil {
-			return nil, nil, err
-		}
-		ops = append(ops, store.Op{Bucket: store.Ended, Key: key})
-	}
-	return expired, append(ops, store.Op{Bucket: store.Ended, Key: endedComplete, Value: listedValue}), nil
+	return expired, nil
 }
 
 // forgetRuns adds to ops the deletes of everything the expired runs left in
@@ -330,7 +340,8 @@ func (p *Pipeline) forgetRuns(expired []expiredRun, ops []store.Op) ([]store.Op,
 	for _, e := range expired {
 		// With the run goes an entry of the list of unfinished runs that
 		// the first listing left as the run ended (listUnfinished).
-		ops = append(ops, store.Op{Bucket: store.Runs, Key: []byte(e.id)}, store.Op{Bucket: store.Unfinished, Key: []byte(e.id)})
+		ops = append(ops, store.Op{Bucket: store.Runs, Key: []byte(e.id)}, store.Op{Bucket: store.Unfinished, Key: []byte(e.id)},
+			store.Op{Bucket: store.Ended, Key: e.entry})
 		if !e.ownsAll {
 			unlisted[e.id] = true
 		}
