@@ -566,6 +566,53 @@ func (s *Bolt) Get(b Bucket, key []byte) ([]byte, error) {
 	return out, err
 }
 
+// GetMany implements Store: the overlay's records, then the others in one
+// read transaction a batch of GetManyBatch keys.
+func (s *Bolt) GetMany(b Bucket, keys [][]byte, fn func(i int, value []byte) error) error {
+	vals := make([][]byte, min(len(keys), GetManyBatch))
+	found := make([]bool, len(vals))
+	for start := 0; start < len(keys); start += GetManyBatch {
+		batch := keys[start:min(start+GetManyBatch, len(keys))]
+		inFile := 0
+		s.ovMu.RLock()
+		for i, key := range batch {
+			v, ok := s.active.get(b, key)
+			for j := len(s.frozen) - 1; !ok && j >= 0; j-- {
+				v, ok = s.frozen[j].get(b, key)
+			}
+			vals[i], found[i] = bytes.Clone(v), ok
+			if !ok {
+				inFile++
+			}
+		}
+		s.ovMu.RUnlock()
+		if inFile > 0 {
+			err := s.db.View(func(tx *bolt.Tx) error {
+				bk := tx.Bucket([]byte(b))
+				if bk == nil {
+					return fmt.Errorf("store: no bucket %q", b)
+				}
+				for i, key := range batch {
+					if !found[i] {
+						vals[i] = bytes.Clone(bk.Get(key))
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+		}
+		// Outside the transaction: fn may read the store.
+		for i := range batch {
+			if err := fn(start+i, vals[i]); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // Scan implements Store.
 func (s *Bolt) Scan(b Bucket, fn func(key, value []byte) error) error {
 	return s.ScanPrefix(b, nil, fn)

@@ -57,6 +57,11 @@ type Store interface {
 	CancelLater(b Bucket, key []byte) bool
 	// Get returns one record, or nil when there is none.
 	Get(b Bucket, key []byte) ([]byte, error)
+	// GetMany calls fn with the record of each key (nil when there is
+	// none), in the order of keys, after reading them a batch at a time: a
+	// transaction or a round trip a batch rather than a key. fn may use
+	// the store; the value is the caller's.
+	GetMany(b Bucket, keys [][]byte, fn func(i int, value []byte) error) error
 	// Scan calls fn for every record of a bucket, in key order.
 	Scan(b Bucket, fn func(key, value []byte) error) error
 	// ScanPrefix calls fn for every record of a bucket whose key starts with prefix.
@@ -66,6 +71,11 @@ type Store interface {
 	// Close commits what is queued and closes the store.
 	Close() error
 }
+
+// GetManyBatch is how many keys a store's GetMany reads at a time: one
+// bbolt read transaction (which holds off the remap of a checkpoint that
+// grows the file while it lasts) or one Redis round trip.
+const GetManyBatch = 256
 
 // ErrClosed is returned by Apply after Close.
 var ErrClosed = errors.New("store: closed")

@@ -79,6 +79,52 @@ func TestScanOfARunsKeys(t *testing.T) {
 	}
 }
 
+// GetMany reads as Get does — the log's layers over the bbolt file, a
+// delete hiding the file's record — each key in order, over more keys than
+// one read transaction takes.
+func TestGetMany(t *testing.T) {
+	t.Parallel()
+	s, err := OpenBoltWith(t.TempDir(), slowCheckpoints)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	n := GetManyBatch*2 + 7
+	var keys [][]byte
+	var file, log []Op
+	for i := range n {
+		k := fmt.Sprintf("r%04d", i)
+		keys = append(keys, []byte(k))
+		switch i % 4 {
+		case 0: // in the file only
+			file = append(file, put(Runs, k, "file"))
+		case 1: // in the file, then rewritten in the log
+			file = append(file, put(Runs, k, "file"))
+			log = append(log, put(Runs, k, "log"))
+		case 2: // in the file, then deleted in the log
+			file = append(file, put(Runs, k, "file"))
+			log = append(log, del(Runs, k))
+		} // 3: nowhere
+	}
+	mustApply(t, s, file...)
+	if err := s.checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	mustApply(t, s, log...)
+	next := 0
+	err = s.GetMany(Runs, keys, func(i int, v []byte) error {
+		want, _ := s.Get(Runs, keys[i])
+		if i != next || !bytes.Equal(v, want) || (v == nil) != (i%4 >= 2) {
+			t.Fatalf("call %d: key %d = %q, Get gives %q", next, i, v, want)
+		}
+		next++
+		return nil
+	})
+	if err != nil || next != n {
+		t.Fatalf("%d of %d keys, %v", next, n, err)
+	}
+}
+
 // Reads see the log's writes merged over the bbolt file, in key order, with
 // deletes hiding older values, before and after a checkpoint.
 func TestReadsMergeLogAndFile(t *testing.T) {

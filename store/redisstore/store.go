@@ -103,6 +103,41 @@ func (s *Store) Get(b store.Bucket, key []byte) ([]byte, error) {
 	return v, nil
 }
 
+// GetMany implements store.Store: one HMGET a batch of
+// store.GetManyBatch keys.
+func (s *Store) GetMany(b store.Bucket, keys [][]byte, fn func(i int, value []byte) error) error {
+	if !known(b) {
+		return fmt.Errorf("store: no bucket %q", b)
+	}
+	fields := make([]string, 0, min(len(keys), store.GetManyBatch))
+	for start := 0; start < len(keys); start += store.GetManyBatch {
+		batch := keys[start:min(start+store.GetManyBatch, len(keys))]
+		fields = fields[:0]
+		for _, key := range batch {
+			fields = append(fields, string(key))
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
+		vals, err := s.rdb.HMGet(ctx, s.valsKey(b), fields...).Result()
+		cancel()
+		if err != nil {
+			return fmt.Errorf("redis store: get %s: %w", b, err)
+		}
+		if len(vals) != len(batch) {
+			return fmt.Errorf("redis store: get %s: %d values for %d keys", b, len(vals), len(batch))
+		}
+		for i, v := range vals {
+			var value []byte
+			if str, ok := v.(string); ok {
+				value = []byte(str)
+			}
+			if err := fn(start+i, value); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // Scan implements store.Store.
 func (s *Store) Scan(b store.Bucket, fn func(key, value []byte) error) error {
 	return s.ScanPrefix(b, nil, fn)

@@ -199,3 +199,42 @@ func TestStoreUnknownBucketAndClose(t *testing.T) {
 		t.Errorf("second Close: %v", err)
 	}
 }
+
+// GetMany gives each key's record, or nil, in the keys' order, over more
+// keys than one round trip reads.
+func TestStoreGetMany(t *testing.T) {
+	t.Parallel()
+	_, _, s := openPair(t)
+	n := store.GetManyBatch*2 + 7
+	var ops []store.Op
+	var keys [][]byte
+	for i := range n {
+		key := []byte(fmt.Sprintf("r%04d", i))
+		keys = append(keys, key)
+		if i%3 != 0 { // every third key has no record
+			ops = append(ops, store.Op{Bucket: store.Runs, Key: key, Value: []byte(fmt.Sprint(i))})
+		}
+	}
+	if err := <-s.Apply(ops); err != nil {
+		t.Fatal(err)
+	}
+	next := 0
+	err := s.GetMany(store.Runs, keys, func(i int, v []byte) error {
+		want := fmt.Sprint(i)
+		if i%3 == 0 {
+			want = ""
+		}
+		if i != next || string(v) != want || (i%3 == 0) != (v == nil) {
+			t.Fatalf("call %d: key %d = %q, want %q", next, i, v, want)
+		}
+		next++
+		return nil
+	})
+	if err != nil || next != n {
+		t.Fatalf("%d of %d keys, %v", next, n, err)
+	}
+	stop := errors.New("stop")
+	if err := s.GetMany(store.Runs, keys, func(i int, _ []byte) error { return stop }); !errors.Is(err, stop) {
+		t.Fatalf("fn's error: %v", err)
+	}
+}
