@@ -142,22 +142,15 @@ func sendListed(ctx context.Context, st store.Store, send func(k, v []byte, owne
 	if err != nil {
 		return err
 	}
-	for _, id := range ids {
+	return st.GetMany(store.Runs, ids, func(i int, v []byte) error {
 		if err := ctx.Err(); err != nil { // the gateway is closing
 			return err
 		}
-		v, err := st.Get(store.Runs, id)
-		if err != nil {
-			return err
-		}
 		if v == nil || storedFinal(v) {
-			continue
+			return nil
 		}
-		if err := send(id, v, true); err != nil { // Get's value is a copy
-			return err
-		}
-	}
-	return nil
+		return send(ids[i], v, true) // GetMany's value is the caller's
+	})
 }
 
 // listUnfinished reads every stored snapshot, sends the unfinished runs'

@@ -412,7 +412,7 @@ func TestRestoreManyRunsAndACorruptOne(t *testing.T) {
 }
 
 // snapshotReads is a store that counts the scans of the runs bucket and
-// the snapshots read one by one: what a restart reads.
+// the snapshots read by key (Get, GetMany): what a restart reads.
 type snapshotReads struct {
 	store.Store
 	scans, gets atomic.Int64
@@ -430,6 +430,13 @@ func (c *snapshotReads) Get(b store.Bucket, key []byte) ([]byte, error) {
 		c.gets.Add(1)
 	}
 	return c.Store.Get(b, key)
+}
+
+func (c *snapshotReads) GetMany(b store.Bucket, keys [][]byte, fn func(int, []byte) error) error {
+	if b == store.Runs {
+		c.gets.Add(int64(len(keys)))
+	}
+	return c.Store.GetMany(b, keys, fn)
 }
 
 // listedRuns returns the runs the store lists as unfinished, and whether
@@ -522,7 +529,7 @@ func TestRestartReadsTheListOfUnfinishedRuns(t *testing.T) {
 		t.Fatalf("second restart: %d runs, %v", n, err)
 	}
 	if reads.scans.Load() != 0 || reads.gets.Load() != 11 {
-		t.Fatalf("second restart: %d scans of the snapshots and %d read one by one, want 0 and 11", reads.scans.Load(), reads.gets.Load())
+		t.Fatalf("second restart: %d scans of the snapshots and %d read by key, want 0 and 11", reads.scans.Load(), reads.gets.Load())
 	}
 	if p.Runs().Get("r-capped") == nil || p.Runs().Get("r-done-00") != nil || p.Runs().Get(live[0]) != nil {
 		t.Fatal("the resumed run not rebuilt, or an ended one rebuilt")

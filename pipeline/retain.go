@@ -243,20 +243,20 @@ func (p *Pipeline) expiredByIndex(cutoff time.Time) ([]expiredRun, []store.Op, e
 	}
 	var expired []expiredRun
 	var ops []store.Op
-	for _, e := range entries {
-		id := e.Key[8:]
+	ids := make([][]byte, len(entries))
+	for i, e := range entries {
+		ids[i] = e.Key[8:]
+	}
+	err = st.GetMany(store.Runs, ids, func(i int, v []byte) error {
+		e, id := entries[i], ids[i]
 		if p.runs.Get(string(id)) != nil {
-			continue // back in memory (a late call, a resume): not gone
-		}
-		v, err := st.Get(store.Runs, id)
-		if err != nil {
-			return nil, nil, err
+			return nil // back in memory (a late call, a resume): not gone
 		}
 		var b storedEnd
 		switch {
 		case v != nil && decode(v, &b) == nil && b.expiredAt(cutoff):
 			expired = append(expired, expiredRun{id: string(id), ownsAll: b.OwnsAll, entry: e.Key, owned: e.Value})
-			continue
+			return nil
 		case v != nil && len(e.Value) > 1:
 			// Stale, the run moved again since: the keys it wrote before
 			// stay listed, in a record of store.Owned of their own.
@@ -266,8 +266,9 @@ func (p *Pipeline) expiredByIndex(cutoff time.Time) ([]expiredRun, []store.Op, e
 		// Otherwise stale: the run is gone, or moved or ended since (its
 		// later end has an entry of its own).
 		ops = append(ops, store.Op{Bucket: store.Ended, Key: e.Key})
-	}
-	return expired, ops, nil
+		return nil
+	})
+	return expired, ops, err
 }
 
 // indexEnded lists in store.Ended every ended run of a store whose index
@@ -337,6 +338,8 @@ func (p *Pipeline) indexEnded(cutoff time.Time) ([]expiredRun, error) {
 func (p *Pipeline) forgetRuns(expired []expiredRun, ops []store.Op) ([]store.Op, error) {
 	st := p.opts.Store
 	unlisted := map[string]bool{} // runs whose keys store.Owned may not all list
+	var lineage [][]byte          // the expired runs' lineage keys, and whose
+	var lineageOf []string
 	for _, e := range expired {
 		// With the run goes an entry of the list of unfinished runs that
 		// the first listing left as the run ended (listUnfinished).
@@ -365,30 +368,29 @@ func (p *Pipeline) forgetRuns(expired []expiredRun, ops []store.Op) ([]store.Op,
 			return nil, err
 		}
 		for _, v := range owned {
-			var err error
 			ownedKeys(v, func(b store.Bucket, key []byte) {
-				if err != nil {
-					return
-				}
 				if b == store.Lineage {
-					// A lineage key points at the run that wrote it last.
-					var at []byte
-					if at, err = st.Get(b, key); err != nil || string(at) != e.id {
-						return
-					}
+					lineage = append(lineage, bytes.Clone(key))
+					lineageOf = append(lineageOf, e.id)
+					return
 				}
 				ops = append(ops, store.Op{Bucket: b, Key: bytes.Clone(key)})
 			})
-			if err != nil {
-				return nil, err
-			}
 		}
 		if _, ok := p.book.(*accounting.MemBook); ok {
 			ops = append(ops, store.Op{Bucket: store.Ledgers, Key: []byte(runLedgerPrefix + e.id)})
 		}
 	}
-	if len(unlisted) == 0 {
-		return ops, nil
+	// A lineage key points at the run that wrote it last: another run's
+	// stays.
+	err := st.GetMany(store.Lineage, lineage, func(i int, at []byte) error {
+		if string(at) == lineageOf[i] {
+			ops = append(ops, store.Op{Bucket: store.Lineage, Key: lineage[i]})
+		}
+		return nil
+	})
+	if err != nil || len(unlisted) == 0 {
+		return ops, err
 	}
 	// Keys that point at a run begun before store.Owned was kept, found
 	// from the other side.

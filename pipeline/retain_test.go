@@ -39,6 +39,15 @@ func (c *bucketReads) Get(b store.Bucket, key []byte) ([]byte, error) {
 	return c.Store.Get(b, key)
 }
 
+func (c *bucketReads) GetMany(b store.Bucket, keys [][]byte, fn func(int, []byte) error) error {
+	if b == store.Runs {
+		c.mu.Lock()
+		c.runReads += len(keys)
+		c.mu.Unlock()
+	}
+	return c.Store.GetMany(b, keys, fn)
+}
+
 // reset returns the counts so far and starts again.
 func (c *bucketReads) reset() (map[store.Bucket]int, int) {
 	c.mu.Lock()

@@ -72,3 +72,42 @@ func BenchmarkPersistencePerCall(b *testing.B) {
 		benchPersistence(b, book, st, st)
 	})
 }
+
+// BenchmarkRestoreFromRedis is a replica's restart on a Redis store that
+// holds 4,000 unfinished runs: it reads them through the store's list of
+// unfinished runs, a round trip a batch of store.GetManyBatch snapshots.
+func BenchmarkRestoreFromRedis(b *testing.B) {
+	const runs = 4000
+	book, st, err := Open(redisURL, fmt.Sprintf("bench%d:", time.Now().UnixNano()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer book.Close()
+	defer st.Close()
+	pol, err := policy.New(context.Background(), policy.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	opts := pipeline.Options{Policy: pol, Book: book, Store: st, RunLock: st}
+	p := pipeline.New(opts)
+	ctx := context.Background()
+	body := benchBody()
+	resp := []byte(strings.Replace(benchResponse, `"content":"Done."},"finish_reason":"stop"`,
+		`"content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"read","arguments":"{}"}}]},"finish_reason":"tool_calls"`, 1))
+	for i := range runs {
+		t := p.Begin(ctx, &pipeline.Call{Body: body, RunID: fmt.Sprintf("r-%05d", i)}, openai.Chat{})
+		if t.Answer != nil {
+			b.Fatalf("refused: %s", t.Answer.Body)
+		}
+		p.Finish(ctx, t, pipeline.Outcome{Status: 200, Body: resp})
+	}
+	if n, err := pipeline.New(opts).Restore(ctx); n != runs || err != nil { // the first completes the list
+		b.Fatalf("first restart: %d runs, %v", n, err)
+	}
+	b.ResetTimer()
+	for range b.N {
+		if n, err := pipeline.New(opts).Restore(ctx); n != runs || err != nil {
+			b.Fatalf("restart: %d runs, %v", n, err)
+		}
+	}
+}
