@@ -213,7 +213,7 @@ func (p *Pipeline) revive(ctx context.Context, b *runBlob, events []runstate.Eve
 	r := runstate.Restore(b.Run, events, now)
 	r.TrimEvents(b.Run.LastEventSeq, eventsInMemory)
 	g := p.governanceOf(b)
-	if err := p.loadStoredResults(g, b.Run.ID); err != nil {
+	if err := p.loadStoredResults(g, b); err != nil {
 		return nil, false, err
 	}
 	p.restoreLedgers(g.ledgers)

@@ -411,11 +411,19 @@ func TestRestoreManyRunsAndACorruptOne(t *testing.T) {
 	}
 }
 
-// snapshotReads is a store that counts the scans of the runs bucket and
-// the snapshots read by key (Get, GetMany): what a restart reads.
+// snapshotReads is a store that counts the scans of the runs bucket, the
+// snapshots read by key (Get, GetMany) and the reads of runs' stored tool
+// results: what a restart reads.
 type snapshotReads struct {
 	store.Store
-	scans, gets atomic.Int64
+	scans, gets, results atomic.Int64
+}
+
+func (c *snapshotReads) ScanPrefix(b store.Bucket, prefix []byte, fn func(k, v []byte) error) error {
+	if b == store.Idempotency {
+		c.results.Add(1)
+	}
+	return c.Store.ScanPrefix(b, prefix, fn)
 }
 
 func (c *snapshotReads) Scan(b store.Bucket, fn func(k, v []byte) error) error {
@@ -528,8 +536,9 @@ func TestRestartReadsTheListOfUnfinishedRuns(t *testing.T) {
 	if n, err := p.Restore(ctx); n != 10 || err != nil {
 		t.Fatalf("second restart: %d runs, %v", n, err)
 	}
-	if reads.scans.Load() != 0 || reads.gets.Load() != 11 {
-		t.Fatalf("second restart: %d scans of the snapshots and %d read by key, want 0 and 11", reads.scans.Load(), reads.gets.Load())
+	if reads.scans.Load() != 0 || reads.gets.Load() != 11 || reads.results.Load() != 0 {
+		t.Fatalf("second restart: %d scans of the snapshots, %d read by key, %d reads of stored tool results (none made a tool call); want 0, 11, 0",
+			reads.scans.Load(), reads.gets.Load(), reads.results.Load())
 	}
 	if p.Runs().Get("r-capped") == nil || p.Runs().Get("r-done-00") != nil || p.Runs().Get(live[0]) != nil {
 		t.Fatal("the resumed run not rebuilt, or an ended one rebuilt")

@@ -302,7 +302,16 @@ func storedResult(k, v []byte) (runID, key string, res *StoredResult, ok bool) {
 // loadStoredResults puts a run's stored tool results back into its tool
 // state when the run comes back from the store: a repeated call of a
 // resumed run is still answered from them, never executed twice.
-func (p *Pipeline) loadStoredResults(g *governance, runID string) error {
+//
+// A run whose snapshot has no tool state never had a tool call forwarded
+// (forwardTool counts each in its uses), so it has no stored result to
+// read: most runs, whose agents call their tools themselves. Their load
+// skips the read, a Redis round trip or a bbolt transaction a run.
+func (p *Pipeline) loadStoredResults(g *governance, b *runBlob) error {
+	if b.Tools == nil {
+		return nil
+	}
+	runID := b.Run.ID
 	return p.opts.Store.ScanPrefix(store.Idempotency, idemStoreKey(runID, ""), func(k, v []byte) error {
 		if _, key, res, ok := storedResult(k, v); ok {
 			g.toolState().idem[key] = res
