@@ -20,7 +20,7 @@ const (
 	Blobs        Bucket = "blobs"        // handle → full text of a cut tool result (run id inside)
 	Recordings   Bucket = "recordings"   // run id → the run's recording for replay (pipeline/record.go)
 	Unfinished   Bucket = "unfinished"   // run id → "1" while the run's stored snapshot is not final (pipeline/restore.go)
-	Ended        Bucket = "ended"        // end time (8 bytes, big endian, Unix ns) run id → "1": runs by their end (pipeline/retain.go)
+	Ended        Bucket = "ended"        // end time (8 bytes, big endian, Unix ns) run id → the run's keys Owned does not hold ("1": none); runs by their end (pipeline/retain.go)
 	Owned        Bucket = "owned"        // run id \x00 version (8 bytes, big endian) → keys of other buckets the run wrote (pipeline/retain.go)
 )
 
