@@ -104,6 +104,10 @@ type Bolt struct {
 	seg   *segment
 	dirty bool // written since the last fsync
 
+	// recovered: opening replayed a log a previous process left (see
+	// Recovered).
+	recovered bool
+
 	// ovMu guards the overlays; reads take it shared.
 	ovMu   sync.RWMutex
 	active *overlay
@@ -160,7 +164,7 @@ func OpenBoltWith(dir string, opts BoltOptions) (*Bolt, error) {
 		db.Close()
 		return nil, err
 	}
-	next, err := replayLog(db, dir)
+	next, replayed, err := replayLog(db, dir)
 	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("replay store log: %w", err)
@@ -170,7 +174,7 @@ func OpenBoltWith(dir string, opts BoltOptions) (*Bolt, error) {
 		db.Close()
 		return nil, fmt.Errorf("store log: %w", err)
 	}
-	s := &Bolt{db: db, dir: dir, opts: opts, seg: seg, active: newOverlay(),
+	s := &Bolt{db: db, dir: dir, opts: opts, seg: seg, active: newOverlay(), recovered: replayed > 0,
 		nudge: make(chan struct{}, 1), stop: make(chan struct{}), stopped: make(chan struct{})}
 	// With an fsync per commit, a call's first write (before it is
 	// forwarded) is left to the writer, so the fsync overlaps the upstream
@@ -206,18 +210,19 @@ func createBuckets(db *bolt.DB) error {
 }
 
 // replayLog applies the segments left in dir to the bbolt file, oldest
-// first, deletes them, and returns the next segment number.
-func replayLog(db *bolt.DB, dir string) (uint64, error) {
+// first, deletes them, and returns the next segment number and how many
+// it replayed.
+func replayLog(db *bolt.DB, dir string) (next uint64, replayed int, err error) {
 	seqs, err := listSegments(dir)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	var keys []string
 	for _, seq := range seqs {
 		// A segment holds one checkpoint period of writes: read whole.
 		data, err := os.ReadFile(segmentPath(dir, seq))
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		// Each key's last write, then into bbolt in key order as a
 		// checkpoint does: a segment rewrites a run's keys at every call.
@@ -232,26 +237,26 @@ func replayLog(db *bolt.DB, dir string) (uint64, error) {
 			err = putOverlays(db, []*overlay{o}, 0, &keys, nil)
 		}
 		if err != nil {
-			return 0, fmt.Errorf("segment %d: %w", seq, err)
+			return 0, 0, fmt.Errorf("segment %d: %w", seq, err)
 		}
 	}
 	// Only once everything is in bbolt (fsynced by its commit) may the
 	// segments go; a crash before this line replays them again, harmlessly.
 	for _, seq := range seqs {
 		if err := os.Remove(segmentPath(dir, seq)); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 	}
 	if len(seqs) > 0 {
 		// A removal a power loss undid would replay old writes over newer ones.
 		if err := syncDir(dir); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 	}
 	if len(seqs) == 0 {
-		return 1, nil
+		return 1, 0, nil
 	}
-	return seqs[len(seqs)-1] + 1, nil
+	return seqs[len(seqs)-1] + 1, len(seqs), nil
 }
 
 // commit is the group committer's write: one log record for every batch
@@ -641,6 +646,12 @@ func (s *Bolt) ScanPrefix(b Bucket, prefix []byte, fn func(key, value []byte) er
 		return mergeScan(over, next, fn)
 	})
 }
+
+// Recovered reports whether opening the store replayed a log that the
+// previous process left: it stopped without closing the store (a crash, a
+// kill). What that process held in memory only is gone; what it committed
+// is here.
+func (s *Bolt) Recovered() bool { return s.recovered }
 
 // Healthy implements Store.
 func (s *Bolt) Healthy() error {

@@ -174,13 +174,17 @@ func TestReadsMergeLogAndFile(t *testing.T) {
 }
 
 // A store abandoned the way a killed process leaves it — writes in the log,
-// never checkpointed — has them all after reopening.
+// never checkpointed — has them all after reopening, and says it recovered
+// them; one closed says nothing of the kind.
 func TestLogReplaysAfterKill(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	s, err := OpenBoltWith(dir, slowCheckpoints)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if s.Recovered() {
+		t.Fatal("a new store recovered a log")
 	}
 	mustApply(t, s, put(Runs, "r1", "v1"), put(Events, "r1\x00\x01", "e1"))
 	if err := s.checkpoint(); err != nil { // some of it in bbolt already
@@ -205,6 +209,18 @@ func TestLogReplaysAfterKill(t *testing.T) {
 	}
 	if seqs, _ := listSegments(dir); len(seqs) != 1 {
 		t.Fatalf("segments after replay: %v (want only the new one)", seqs)
+	}
+	if !s.Recovered() {
+		t.Fatal("the replay of a killed process's log not reported")
+	}
+	s.Close()
+	s, err = OpenBolt(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if s.Recovered() {
+		t.Fatal("a store reopened after a close says it recovered a log")
 	}
 }
 
