@@ -101,7 +101,8 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Opt
 	p := pipeline.New(pipeline.Options{
 		Policy: pol, Catalog: catalog, Observer: obs, Logger: log, Store: st, Book: book, RunLock: runLock,
 		UpstreamTimeout: cfg.Limits.UpstreamTimeout, Lease: cfg.Limits.ReservationLease, StoreRetention: cfg.Store.Retention,
-		Context: &contextmgr.Rewriter{},
+		StoreRecovered: recovered(st),
+		Context:        &contextmgr.Rewriter{},
 	})
 	if err := telemetry.RegisterRunStates(reg, p.Runs().Count); err != nil {
 		st.Close()
@@ -209,6 +210,7 @@ func (g *Gateway) Close(ctx context.Context) error {
 	<-g.restoring.Done() // it reads the store: before the store closes
 	// Open spans end and the exporter flushes once no call is in flight.
 	g.Pipeline.SaveUnsaved() // a call the drain left in flight
+	g.Pipeline.SaveOwned()
 	return errors.Join(err, g.obs.Shutdown(ctx), g.store.Close())
 }
 
@@ -253,6 +255,13 @@ func openStore(c config.Store) (store.Store, accounting.Book, pipeline.RunLock, 
 		return nil, nil, nil, err
 	}
 	return st, accounting.NewMemBook(), nil, nil
+}
+
+// recovered reports whether the embedded store replayed a log its last
+// process left (it crashed); Redis has no such log.
+func recovered(st store.Store) bool {
+	b, ok := st.(*store.Bolt)
+	return ok && b.Recovered()
 }
 
 // sweepEvery is the period of the pipeline's sweeper: ended runs leave

@@ -134,6 +134,12 @@ type Options struct {
 	// the collector marks on each cycle: at saturation, 30 s of them were
 	// most of the live heap and doubled the collector's share of the CPU.
 	EndedRetention time.Duration
+	// StoreRecovered says the store replayed a log its previous process
+	// left (store.Bolt.Recovered): that process crashed, and the runs it
+	// left unfinished may have noted keys it never listed (see own). Such
+	// a run, rebuilt or loaded, no longer claims to list them all: its
+	// retention finds them by reading their buckets.
+	StoreRecovered bool
 	// StoreRetention is how long the store keeps a run after it ended
 	// (SweepStored); 0 keeps every run.
 	StoreRetention time.Duration

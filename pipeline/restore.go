@@ -213,6 +213,9 @@ func (p *Pipeline) revive(ctx context.Context, b *runBlob, events []runstate.Eve
 	r := runstate.Restore(b.Run, events, now)
 	r.TrimEvents(b.Run.LastEventSeq, eventsInMemory)
 	g := p.governanceOf(b)
+	if p.opts.StoreRecovered && !b.Run.State.Final() {
+		g.ownsAll = false // keys it noted may have died with the last process
+	}
 	if err := p.loadStoredResults(g, b); err != nil {
 		return nil, false, err
 	}

@@ -124,10 +124,38 @@ func (p *Pipeline) ownedOp(ops []store.Op, g *governance, final bool, mark uint6
 	return ops
 }
 
-// evictedVersion marks the key of the store.Owned record written as a run
-// leaves memory: its version is that of the run's last persist, which may
-// have written a record of its own.
-const evictedVersion = 1 << 63
+// evictedVersion and stoppedVersion mark the key of the store.Owned record
+// written as a run leaves memory, or as the gateway stops: its version is
+// that of the run's last persist, which may have written a record of its
+// own.
+const (
+	evictedVersion = 1 << 63
+	stoppedVersion = 1 << 62
+)
+
+// SaveOwned writes the keys the runs in memory noted that the store does
+// not list yet (see own): a gateway that stops calls it before it closes
+// the store, since the next process rebuilds those runs without them. (A
+// crash loses them: see Options.StoreRecovered.)
+func (p *Pipeline) SaveOwned() {
+	if p.opts.Store == nil {
+		return
+	}
+	var ops []store.Op
+	p.runs.Each(func(r *runstate.Run) {
+		r.Mu.Lock()
+		if g := govOf(r); g != nil {
+			ops = p.ownedOp(ops, g, true, stoppedVersion)
+		}
+		r.Mu.Unlock()
+	})
+	if len(ops) == 0 {
+		return
+	}
+	if err := <-p.opts.Store.Apply(ops); err != nil {
+		p.log.Error("the runs' lists of keys not saved", "runs", len(ops), "err", err)
+	}
+}
 
 // ownedKeys calls fn with each key of a store.Owned record.
 func ownedKeys(v []byte, fn func(b store.Bucket, key []byte)) {

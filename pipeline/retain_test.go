@@ -3,6 +3,9 @@ package pipeline_test
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -293,4 +296,77 @@ func BenchmarkSweepStored(b *testing.B) {
 	}
 	b.ReportMetric(float64(deleted)/float64(b.N), "runs-deleted/sweep")
 	b.ReportMetric(float64(reads)/float64(b.N), "snapshots-read/sweep")
+}
+
+// A run's keys that its list does not hold yet when the gateway stops are
+// listed by SaveOwned: after the restart, the run's retention finds them
+// without reading the lineage bucket. After a crash (the store replays
+// the log the process left) they may be missing from its list: the run,
+// rebuilt, no longer claims to list them all, and its retention reads the
+// bucket. Either way the key goes with the run.
+func TestRetentionAfterARestart(t *testing.T) {
+	t.Parallel()
+	for _, crash := range []bool{false, true} {
+		t.Run(fmt.Sprint("crash=", crash), func(t *testing.T) {
+			t.Parallel()
+			start := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
+			clock := start
+			now := func() time.Time { return clock }
+			pol, err := policy.New(context.Background(), policy.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			open := func(dir string) *store.Bolt {
+				st, err := store.OpenBoltWith(dir, store.BoltOptions{CheckpointEvery: time.Hour})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { st.Close() })
+				return st
+			}
+			dir := t.TempDir()
+			bolt := open(dir)
+			p := pipeline.New(pipeline.Options{Policy: pol, Store: bolt, Now: now, StoreRetention: 24 * time.Hour})
+			// One tool step: its lineage key noted, far from a record's worth.
+			step(p, &pipeline.Call{Body: taskBody, RunID: "r-live"}, strings.Replace(toolResponse, "call_x", "call_r-live", 1))
+			if crash {
+				// The files as a killed process leaves them.
+				crashed := filepath.Join(t.TempDir(), "data")
+				if err := os.CopyFS(crashed, os.DirFS(dir)); err != nil {
+					t.Fatal(err)
+				}
+				dir = crashed
+			} else {
+				p.SaveOwned()
+				bolt.Close()
+			}
+			bolt = open(dir)
+			if bolt.Recovered() != crash {
+				t.Fatalf("the store says recovered %v", bolt.Recovered())
+			}
+			st := &bucketReads{Store: bolt, scans: map[store.Bucket]int{}}
+			p = pipeline.New(pipeline.Options{Policy: pol, Store: st, Now: now, StoreRetention: 24 * time.Hour,
+				StoreRecovered: bolt.Recovered()})
+			if n, err := p.Restore(context.Background()); n != 1 || err != nil {
+				t.Fatalf("restore: %d runs, %v", n, err)
+			}
+			step(p, &pipeline.Call{Body: taskBody, RunID: "r-live"}, finalResponse)
+			clock = clock.Add(time.Minute)
+			p.SweepEnded()
+			if _, err := p.SweepStored(true); err != nil { // completes the index
+				t.Fatal(err)
+			}
+			st.reset()
+			clock = start.Add(25 * time.Hour)
+			if n, err := p.SweepStored(true); n != 1 || err != nil {
+				t.Fatalf("sweep: %d runs, %v", n, err)
+			}
+			if scans, _ := st.reset(); scans[store.Lineage] != map[bool]int{false: 0, true: 1}[crash] {
+				t.Fatalf("scans of the lineage bucket: %d", scans[store.Lineage])
+			}
+			if v, _ := bolt.Get(store.Lineage, []byte("tc:call_r-live")); v != nil {
+				t.Fatal("the run's lineage key outlived it")
+			}
+		})
+	}
 }

@@ -264,6 +264,24 @@ func (g *Registry) collect(keep func(r *Run) bool) []*Run {
 	return out
 }
 
+// Each calls fn with every run in memory, outside the registry's locks
+// and without taking the run's.
+func (g *Registry) Each(fn func(r *Run)) {
+	var runs []*Run
+	for i := range g.sh {
+		s := &g.sh[i]
+		s.mu.RLock()
+		runs = runs[:0]
+		for _, r := range s.runs {
+			runs = append(runs, r)
+		}
+		s.mu.RUnlock()
+		for _, r := range runs {
+			fn(r)
+		}
+	}
+}
+
 // Len is the number of runs in memory.
 func (g *Registry) Len() int {
 	n := 0
