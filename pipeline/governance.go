@@ -45,12 +45,9 @@ type governance struct {
 	// unsaved marks a new run whose first call went out before the run was
 	// written (saveSoon): its Finish, or the timer, writes it.
 	unsaved bool
-	// listed is whether the store lists the run as unfinished
-	// (store.Unfinished; see listOp).
-	listed bool
-	// ended is whether the store's index of runs by their end holds the
-	// run's current end (store.Ended; see endOp).
-	ended bool
+	// indexed is where the store's indexes of runs hold the run (see
+	// indexOps).
+	indexed runIndex
 	// keys are the lineage keys of the run held in memory, dropped with it
 	// when it leaves memory.
 	keys []string

@@ -264,34 +264,65 @@ func (p *Pipeline) persistOps(r *runstate.Run) []store.Op {
 	} else {
 		key = []byte(r.ID)
 	}
-	ops = listOp(ops, g, key, run.State.Final())
-	ops = endOp(ops, g, key, run.State.Final(), run.Ended, now)
+	ops = indexOps(ops, g, key, run.State.Final(), run.Ended, now)
 	if g != nil {
 		ops = p.ownedOp(ops, g, run.State.Final(), 0)
 	}
 	return append(ops, store.Op{Bucket: store.Runs, Key: key, Value: v})
 }
 
-// listOp keeps the store's list of unfinished runs (store.Unfinished),
-// which a restart reads instead of every stored snapshot: a run goes on it
-// with its first snapshot that is not final (a new run, a resumed one)
-// and off it with its final one, in the same commit as that snapshot. A
-// run's other writes add nothing.
-func listOp(ops []store.Op, g *governance, key []byte, final bool) []store.Op {
-	if g != nil {
-		if g.listed == !final {
-			return ops
-		}
-		g.listed = !final
-	}
+// runIndex is which of the store's two indexes of runs holds a run: the
+// list of unfinished runs (store.Unfinished), which a restart reads, or
+// the runs by their end (store.Ended), which the retention sweep reads.
+type runIndex uint8
+
+const (
+	indexedNowhere    runIndex = iota // nothing of the run written yet
+	indexedUnfinished                 // on the list of unfinished runs
+	indexedEnded                      // listed by its end
+)
+
+// indexOf is the index a run's stored state belongs in.
+func indexOf(final bool) runIndex {
 	if final {
-		return append(ops, store.Op{Bucket: store.Unfinished, Key: key})
+		return indexedEnded
 	}
-	return append(ops, store.Op{Bucket: store.Unfinished, Key: key, Value: listedValue})
+	return indexedUnfinished
 }
 
-// listedValue is the value of a run's entry in store.Unfinished: the key
-// is what counts.
+// indexOps keeps the run in the store's indexes, in the same commit as its
+// snapshot: a run goes on the list of unfinished runs with its first
+// snapshot that is not final (a new run, a resumed one); its first final
+// one takes it off the list and lists it by its end, with the keys it
+// noted that store.Owned does not hold (see own). A run's other writes add
+// nothing.
+func indexOps(ops []store.Op, g *governance, key []byte, final bool, end, now time.Time) []store.Op {
+	was, want := indexedUnfinished, indexOf(final) // without governance: every op
+	if g != nil {
+		if g.indexed == want {
+			return ops
+		}
+		was, g.indexed = g.indexed, want
+	}
+	if !final {
+		return append(ops, store.Op{Bucket: store.Unfinished, Key: key, Value: listedValue})
+	}
+	if was == indexedUnfinished {
+		ops = append(ops, store.Op{Bucket: store.Unfinished, Key: key})
+	}
+	value := listedValue
+	if g != nil && len(g.owned) > 0 {
+		value, g.owned = g.owned, nil // handed over to the store
+	}
+	if end.IsZero() {
+		end = now
+	}
+	return append(ops, store.Op{Bucket: store.Ended, Key: endedKey(end, key), Value: value})
+}
+
+// listedValue is the value of an index entry whose key says it all: a
+// run's in store.Unfinished, one in store.Ended without keys to list, the
+// marks that complete them.
 var listedValue = []byte("1")
 
 // persistPendingLater hands the queued ops to the store's next commit

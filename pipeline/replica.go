@@ -62,7 +62,7 @@ func (p *Pipeline) refresh(r *runstate.Run) error {
 func (p *Pipeline) governanceOf(b *runBlob) *governance {
 	g := &governance{runID: []byte(b.Run.ID), limits: b.Limits, term: b.Term, loop: b.Loop, budgeted: b.Budgeted,
 		savedSeq: b.Run.LastEventSeq, version: b.Version, ledgers: b.Ledgers, ctx: b.Context,
-		listed: !b.Run.State.Final(), ended: b.Run.State.Final(), ownsAll: b.OwnsAll}
+		indexed: indexOf(b.Run.State.Final()), ownsAll: b.OwnsAll}
 	if len(g.ledgers) > 0 {
 		g.ledger = g.ledgers[0]
 	}

@@ -38,7 +38,7 @@ func (rs *Restoring) Done() <-chan struct{} { return rs.done }
 // lineage key, the control plane), as after their eviction: loading every
 // run ever stored made a restart's time and memory grow with the store's
 // history (3 s and 570 MB for 22k runs). The unfinished ones are found
-// through the store's list of them (store.Unfinished, kept by listOp), so
+// through the store's list of them (store.Unfinished, kept by indexOps), so
 // that finding them does not grow with the history either; a store
 // written before the list was kept has every snapshot read once, and the
 // list written. They are rebuilt by one worker a core while the list is
@@ -155,7 +155,7 @@ func sendListed(ctx context.Context, st store.Store, send func(k, v []byte, owne
 
 // listUnfinished reads every stored snapshot, sends the unfinished runs'
 // and writes the list of them (a store written before the list was
-// kept). Runs written meanwhile list themselves (listOp); one listed here
+// kept). Runs written meanwhile list themselves (indexOps); one listed here
 // as it ends keeps an entry sendListed skips.
 func listUnfinished(ctx context.Context, st store.Store, send func(k, v []byte, owned bool) error) error {
 	var ops []store.Op

@@ -36,8 +36,8 @@ type retention struct {
 // at one (work that grew with the month of history a store keeps):
 //
 //   - store.Ended lists runs by their end: a run's entry is written with
-//     its first final snapshot (endOp), and again when a resumed run ends
-//     again. An entry whose run has since resumed, ended later or gone is
+//     its first final snapshot (indexOps), and again when a resumed run
+//     ends again. An entry whose run has since resumed, ended later or gone is
 //     stale: the sweep deletes it when it meets it.
 //   - store.Owned lists, by run, the keys of the buckets keyed by
 //     something else than the run id (lineage keys, tickets, blobs) that
@@ -58,31 +58,6 @@ var endedComplete = []byte("\xffcomplete")
 func endedKey(end time.Time, id []byte) []byte {
 	k := binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(id)), uint64(end.UnixNano()))
 	return append(k, id...)
-}
-
-// endOp adds a run's entry in store.Ended with its first final snapshot,
-// in the same commit; a run that moves again is listed again when it
-// ends again. The entry's value is the keys of other buckets the run
-// wrote that store.Owned does not hold yet (see own): most runs write
-// their keys there, in the one record their end writes anyway.
-func endOp(ops []store.Op, g *governance, key []byte, final bool, end, now time.Time) []store.Op {
-	value := listedValue
-	if g != nil {
-		if g.ended == final {
-			return ops
-		}
-		g.ended = final
-		if final && len(g.owned) > 0 {
-			value, g.owned = g.owned, nil // handed over to the store
-		}
-	}
-	if !final {
-		return ops
-	}
-	if end.IsZero() {
-		end = now
-	}
-	return append(ops, store.Op{Bucket: store.Ended, Key: endedKey(end, key), Value: value})
 }
 
 // Kinds of key in a store.Owned record: the bucket the key is in.
@@ -110,7 +85,7 @@ func (g *governance) own(kind byte, key string) {
 	g.owned = append(g.owned, key...)
 }
 
-// ownedOp writes the keys own noted that endOp did not take to
+// ownedOp writes the keys own noted that indexOps did not take to
 // store.Owned, keyed by the persist's version, once they are ownedFlush
 // long, when the run is final (it may leave memory) or when replicas
 // share the run (the next persist may be another's).
@@ -179,7 +154,7 @@ type expiredRun struct {
 	id      string
 	ownsAll bool
 	entry   []byte // its key in store.Ended
-	owned   []byte // the keys that entry lists (see endOp)
+	owned   []byte // the keys that entry lists (see indexOps)
 }
 
 // SweepStored deletes from the store the runs that ended more than
