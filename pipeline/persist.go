@@ -221,9 +221,9 @@ func (p *Pipeline) persistOps(r *runstate.Run) []store.Op {
 	var ops []store.Op
 	if g != nil {
 		g.unsaved = false
-		// Ledgers, queued writes, events, recording, the list of unfinished
-		// runs, the run: one slice.
-		ops = make([]store.Op, 0, len(g.ledgers)+len(g.pending)+5)
+		// Ledgers, queued writes, events, recording, the indexes of runs
+		// (two ops at an end), the list of keys, the run: one slice.
+		ops = make([]store.Op, 0, len(g.ledgers)+len(g.pending)+6)
 		if mb, ok := p.book.(*accounting.MemBook); ok {
 			// A shared book keeps its own state; an in-process one is saved here.
 			for _, key := range g.ledgers {

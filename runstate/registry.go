@@ -248,19 +248,14 @@ func (g *Registry) Overdue(now time.Time) []*Run {
 // run whose lock is held (a call at work on it) is skipped.
 func (g *Registry) collect(keep func(r *Run) bool) []*Run {
 	var out []*Run
-	for i := range g.sh {
-		s := &g.sh[i]
-		s.mu.RLock()
-		for _, r := range s.runs {
-			if r.Mu.TryLock() {
-				if keep(r) {
-					out = append(out, r)
-				}
-				r.Mu.Unlock()
+	g.Each(func(r *Run) {
+		if r.Mu.TryLock() {
+			if keep(r) {
+				out = append(out, r)
 			}
+			r.Mu.Unlock()
 		}
-		s.mu.RUnlock()
-	}
+	})
 	return out
 }
 
