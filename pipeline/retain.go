@@ -307,30 +307,34 @@ func (p *Pipeline) indexEnded(cutoff time.Time) ([]expiredRun, error) {
 	if err != nil {
 		return nil, err
 	}
-	var ops []store.Op
 	next := 0 // in expired
-	for i, end := range ends {
-		start := 0
-		if i > 0 {
-			start = ends[i-1]
+	batch := make([][]byte, 0, storeSweepBatch)
+	for first := 0; first < len(ends); first += storeSweepBatch {
+		batch = batch[:0]
+		for i := first; i < min(first+storeSweepBatch, len(ends)); i++ {
+			start := 0
+			if i > 0 {
+				start = ends[i-1]
+			}
+			batch = append(batch, keys[start:ends[i]:ends[i]])
 		}
-		key := keys[start:end:end]
-		v, err := st.Get(store.Ended, key)
+		var ops []store.Op
+		err := st.GetMany(store.Ended, batch, func(j int, v []byte) error {
+			key := batch[j]
+			if next < len(expired) && expiredAt[next] == first+j {
+				expired[next].entry, expired[next].owned = key, v
+				next++
+			}
+			if v == nil {
+				ops = append(ops, store.Op{Bucket: store.Ended, Key: key, Value: listedValue})
+			}
+			return nil
+		})
+		if err == nil && len(ops) > 0 {
+			err = <-st.Apply(ops)
+		}
 		if err != nil {
 			return nil, err
-		}
-		if next < len(expired) && expiredAt[next] == i {
-			expired[next].entry, expired[next].owned = key, v
-			next++
-		}
-		if v == nil {
-			ops = append(ops, store.Op{Bucket: store.Ended, Key: key, Value: listedValue})
-		}
-		if len(ops) == storeSweepBatch || (i == len(ends)-1 && len(ops) > 0) {
-			if err := <-st.Apply(ops); err != nil {
-				return nil, err
-			}
-			ops = make([]store.Op, 0, storeSweepBatch) // the store keeps the last ones
 		}
 	}
 	return expired, nil
