@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -201,6 +203,44 @@ func TestWorkload(t *testing.T) {
 		r, err := streams(t.Context(), c, &target{name: "mock", url: srv.URL}, ws, 2)
 		if err != nil || r.Errors != 0 {
 			t.Fatalf("%s streams: %v %v", api, err, r.ErrorSample)
+		}
+	}
+}
+
+// TestStreamPausesAfterItsFirstEvent checks the mock's pause after a
+// stream's first event: the client reads that event alone, and the rest
+// no sooner than the pause after the request.
+func TestStreamPausesAfterItsFirstEvent(t *testing.T) {
+	const gap = 500 * time.Millisecond
+	m := &mock{steps: 3, chunks: 5, firstGap: gap}
+	srv := httptest.NewServer(m.handler())
+	defer srv.Close()
+	c := loadClient()
+	for _, api := range []string{apiOpenAI, apiAnthropic} {
+		w := &workload{api: api, size: size2KB, steps: 3, slots: 1, stream: true, tag: "g"}
+		_, run, body := w.next()
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL+w.path(), bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header = w.header(run)
+		start := time.Now()
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 32<<10)
+		n, err := resp.Body.Read(buf)
+		if err != nil || bytes.Count(buf[:n], []byte("\n\n")) != 1 || !bytes.HasSuffix(buf[:n], []byte("\n\n")) {
+			t.Fatalf("%s: first read %q, %v: want the first event alone", api, buf[:n], err)
+		}
+		rest, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || len(rest) == 0 {
+			t.Fatalf("%s: rest of the stream: %d bytes, %v", api, len(rest), err)
+		}
+		if d := time.Since(start); d < gap {
+			t.Fatalf("%s: whole stream in %v, under the %v pause", api, d, gap)
 		}
 	}
 }

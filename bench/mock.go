@@ -30,6 +30,7 @@ func runRole(role string, args []string) error {
 	fs.IntVar(&m.steps, "steps", 4, "mock: model calls per run")
 	fs.IntVar(&m.chunks, "chunks", 50, "mock: content chunks per stream")
 	fs.DurationVar(&m.gap, "chunk-gap", 0, "mock: pause between chunks")
+	fs.DurationVar(&m.firstGap, "first-event-gap", 0, "mock: pause after a stream's first event")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -104,10 +105,11 @@ func floorProxy(target *url.URL) http.Handler {
 // (OpenAI) or "metadata.user_id" (Anthropic), so tool-call ids are unique
 // across runs and the arguments change at every step, as a real model's do.
 type mock struct {
-	steps  int
-	chunks int
-	gap    time.Duration
-	served atomic.Int64
+	steps    int
+	chunks   int
+	gap      time.Duration
+	firstGap time.Duration // after a stream's first event (see options.firstGap)
+	served   atomic.Int64
 }
 
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}
@@ -279,19 +281,20 @@ func appendAnthropicToolUse(b, run []byte, step int) []byte {
 const finalText = "Three orders match: 1042 (shipped), 1077 (pending) and 1101 (refunded). Nothing else is open."
 
 // streamWriter writes server-sent events, flushing each as a real provider
-// does, with the optional gap between chunks.
+// does, with the optional pauses after the first event and between chunks.
 type streamWriter struct {
-	w   http.ResponseWriter
-	f   *http.ResponseController
-	gap time.Duration
-	b   []byte
+	w        http.ResponseWriter
+	f        *http.ResponseController
+	gap      time.Duration
+	firstGap time.Duration // paused once, after the first event
+	b        []byte
 }
 
-func newStream(w http.ResponseWriter, gap time.Duration) *streamWriter {
+func (m *mock) newStream(w http.ResponseWriter) *streamWriter {
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
-	return &streamWriter{w: w, f: http.NewResponseController(w), gap: gap, b: make([]byte, 0, 512)}
+	return &streamWriter{w: w, f: http.NewResponseController(w), gap: m.gap, firstGap: m.firstGap, b: make([]byte, 0, 512)}
 }
 
 func (s *streamWriter) event(parts ...string) {
@@ -302,6 +305,10 @@ func (s *streamWriter) event(parts ...string) {
 	s.b = append(s.b, "\n\n"...)
 	_, _ = s.w.Write(s.b)
 	_ = s.f.Flush()
+	if s.firstGap > 0 {
+		time.Sleep(s.firstGap)
+		s.firstGap = 0
+	}
 	if s.gap > 0 {
 		time.Sleep(s.gap)
 	}
@@ -310,7 +317,7 @@ func (s *streamWriter) event(parts ...string) {
 var words = []string{"Three ", "orders ", "match ", "the ", "query; ", "1042 ", "shipped, ", "1077 ", "pending, ", "1101 "}
 
 func (m *mock) streamOpenAI(w http.ResponseWriter, in int, usage bool) {
-	s := newStream(w, m.gap)
+	s := m.newStream(w)
 	const head = `data: {"id":"chatcmpl-mock","object":"chat.completion.chunk","created":1767225600,"model":"gpt-4o-mini","system_fingerprint":"fp_mock","choices":[`
 	tail := `]}`
 	if usage {
@@ -332,7 +339,7 @@ func (m *mock) streamOpenAI(w http.ResponseWriter, in int, usage bool) {
 }
 
 func (m *mock) streamAnthropic(w http.ResponseWriter, in int) {
-	s := newStream(w, m.gap)
+	s := m.newStream(w)
 	n := strconv.Itoa(in)
 	s.event("event: message_start\ndata: ", `{"type":"message_start","message":{"id":"msg_mock","type":"message","role":"assistant","model":"claude-haiku-4-5","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":`, n, `,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":1}}}`)
 	s.event("event: content_block_start\ndata: ", `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`)

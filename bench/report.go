@@ -30,6 +30,7 @@ type meta struct {
 	Slots     int     `json:"concurrent_runs"`
 	Lineage   bool    `json:"lineage,omitempty"` // -lineage: no X-Run-Id sent
 	Chunks    int     `json:"stream_chunks"`
+	FirstGap  string  `json:"stream_first_event_gap"` // the mock's pause after a stream's first event
 	Seconds   float64 `json:"seconds"`
 	Note      string  `json:"note"`
 	Nginx     string  `json:"nginx"`                 // the reference binary, or why it was not measured
@@ -110,6 +111,7 @@ func newReport(o options, pl placement, gateways []variant, nginx bool, nginxNot
 		Slots:     o.slots,
 		Lineage:   o.lineage,
 		Chunks:    o.chunks,
+		FirstGap:  o.firstGap.String(),
 		Note:      "a shared VM: the figures move with what the hypervisor and other processes take of the CPUs (measured per round: machine)",
 		Nginx:     nginxNote,
 	}, opts: o}
@@ -432,6 +434,7 @@ func (r *report) markdown(w io.Writer) {
 	}
 	fmt.Fprintf(w, "Placement: %s.\n\n", m.Placement)
 	fmt.Fprintf(w, "Targets alternate within each phase: %d turns each, the order rotating; the saturation searches follow one another.\n\n", m.Turns)
+	fmt.Fprintf(w, "Streams: %d content chunks, measured one at a time; the mock pauses %s after a stream's first event, so that its first bytes reach the client before the mock, sharing the proxy's core, writes the rest.\n\n", m.Chunks, m.FirstGap)
 	if r.nginx {
 		fmt.Fprintf(w, "Reference nginx: %s, one process, upstream keep-alive, responses unbuffered; a reference, not checked against the issue's targets.\n\n", m.Nginx)
 	} else {

@@ -124,7 +124,7 @@ func runRound(ctx context.Context, o options, pl *placement, dir, bin string, ng
 		return nil, err
 	}
 	mock, err := startRole(ctx, pl, rdir, "mock", "-steps", strconv.Itoa(o.steps),
-		"-chunks", strconv.Itoa(o.chunks), "-chunk-gap", o.chunkGap.String())
+		"-chunks", strconv.Itoa(o.chunks), "-chunk-gap", o.chunkGap.String(), "-first-event-gap", o.firstGap.String())
 	if err != nil {
 		return nil, err
 	}
