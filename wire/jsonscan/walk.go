@@ -16,6 +16,14 @@ func Object(s string, i int, valid bool, fn func(key string, start, v int) int) 
 	if i < len(s) && s[i] == '}' {
 		return i + 1
 	}
+	return Members(s, i, valid, fn)
+}
+
+// Members walks an object's members from the key whose opening quote is at
+// s[i] to the object's end, as Object does from its '{': a reader that
+// knows the members before i (an event repeating the last one's first
+// bytes) starts there.
+func Members(s string, i int, valid bool, fn func(key string, start, v int) int) int {
 	for {
 		if i >= len(s) || s[i] != '"' {
 			return -1

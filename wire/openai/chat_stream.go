@@ -8,6 +8,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/haltline/haltline/wire"
+	"github.com/haltline/haltline/wire/jsonscan"
 	"github.com/haltline/haltline/wire/sse"
 )
 
@@ -37,6 +38,13 @@ type chatTap struct {
 	aEnd    int
 	copying bool
 	done    bool // [DONE] seen
+
+	// repeated is how the stream's last chunk began, up to its first
+	// member read at every chunk (choices, usage, error): OpenAI repeats
+	// the same id, object, created, model and fingerprint in every chunk,
+	// about half of its bytes, so a chunk beginning with the same bytes is
+	// read from there (their id and model were taken from the first).
+	repeated []byte
 }
 
 // Done reports that the stream's terminal event was read.
@@ -136,53 +144,91 @@ func (t *chatTap) read(ev []byte) bool {
 		return false // [DONE], comments, or something we cannot read
 	}
 	var choices, usage string
-	eachMember(d, func(m member) bool {
-		v := m.value(d)
-		switch m.key {
+	first := -1 // where the first member read at every chunk starts
+	read := func(key string, start, v int) int {
+		if key == "choices" && d[v] == '[' {
+			// Read as it is walked: one pass finds the array's end and
+			// reads each choice.
+			if first < 0 {
+				first = start
+			}
+			end := jsonscan.Array(d, v, func(e int) int { return t.readChoice(d, e) })
+			if end >= 0 {
+				choices = d[v:end]
+			}
+			return end
+		}
+		end := skipValue(d, v)
+		if end < 0 {
+			return -1
+		}
+		val := d[v:end]
+		switch key {
 		case "id":
 			if t.resp.ID == "" {
-				t.resp.ID = clone(str(v))
+				t.resp.ID = clone(str(val))
 			}
 		case "model":
 			if t.resp.Model == "" {
-				t.resp.Model = clone(str(v))
+				t.resp.Model = clone(str(val))
 			}
-		case "choices":
-			choices = v
-		case "usage":
-			usage = v
-		case "error":
-			if isObject(v) {
-				t.resp.ErrorMessage = clone(str(field(v, "message")))
-				t.resp.FinishReason = "error"
+		case "choices", "usage", "error":
+			if first < 0 {
+				first = start
+			}
+			switch key {
+			case "usage":
+				usage = val
+			case "error":
+				if isObject(val) {
+					t.resp.ErrorMessage = clone(str(field(val, "message")))
+					t.resp.FinishReason = "error"
+				}
 			}
 		}
-		return true
-	})
+		return end
+	}
+	if n := len(t.repeated); n > 0 && len(d) > n && d[:n] == string(t.repeated) {
+		jsonscan.Members(d, n, false, read)
+	} else {
+		first = -1
+		jsonscan.Object(d, 0, false, read)
+		if first > 0 {
+			t.repeated = append(t.repeated[:0], d[:first]...)
+		} else {
+			t.repeated = t.repeated[:0]
+		}
+	}
 	if isObject(usage) {
 		t.resp.Usage, t.resp.HasUsage = usageFrom(usage)
 	}
-	eachElement(choices, t.readChoice)
 	return t.strip && isObject(usage) && isEmptyArray(choices) && gjson.Valid(d)
 }
 
 // readChoice reads choice 0 of a chunk (n > 1 streams interleave choices;
-// the gateway meters the first, as the SDKs' single-answer helpers do).
-func (t *chatTap) readChoice(c string) bool {
+// the gateway meters the first, as the SDKs' single-answer helpers do),
+// the element at s[i], and returns the index past it.
+func (t *chatTap) readChoice(s string, i int) int {
+	if s[i] != '{' {
+		return skipValue(s, i)
+	}
 	var index, delta, finish string
-	eachMember(c, func(m member) bool {
+	end := walkObject(s, i, func(m member) bool {
 		switch m.key {
 		case "index":
-			index = m.value(c)
+			index = m.value(s)
 		case "delta":
-			delta = m.value(c)
+			delta = m.value(s)
 		case "finish_reason":
-			finish = m.value(c)
+			finish = m.value(s)
 		}
 		return true
 	})
+	if end < 0 {
+		return -1
+	}
 	if n, ok := num(index); ok && n != 0 {
-		return true
+		return end
 	}
 	if fr := chatFinish(finish); fr != "" && t.resp.FinishReason != "error" {
 		t.resp.FinishReason = fr
@@ -199,7 +245,7 @@ func (t *chatTap) readChoice(c string) bool {
 		}
 		return true
 	})
-	return true
+	return end
 }
 
 func (t *chatTap) readToolDelta(tc string) bool {

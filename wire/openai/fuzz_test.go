@@ -11,6 +11,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/haltline/haltline/wire"
+	"github.com/haltline/haltline/wire/sse"
 )
 
 func seedFiles(f *testing.F, suffix string) {
@@ -105,6 +106,50 @@ func FuzzChatTap(f *testing.F) {
 			t.Fatal("text head too long")
 		}
 	})
+}
+
+// FuzzChatTapRepeatedChunks checks the chat tap's reading of a chunk from
+// where it stops repeating the last one's first bytes (chatTap.repeated):
+// what the tap gathers is what it gathers when it reads every chunk whole.
+func FuzzChatTapRepeatedChunks(f *testing.F) {
+	for _, name := range []string{"stream-text-include-usage.sse", "stream-parallel-tool-calls.sse", "stream-parallel-tool-calls-2024.sse"} {
+		f.Add(fixture(f, "chat/"+name))
+	}
+	const head = `data: {"id":"c1","object":"chat.completion.chunk","model":"m",`
+	f.Add([]byte(head + `"choices":[{"index":0,"delta":{"content":"a"}}],"usage":null}` + "\n\n" +
+		head + `"choices":[{"index":0,"delta":{"content":"a"}}],"usage":null}` + "\n\n" +
+		head + `"usage":{"prompt_tokens":3},"choices":[]}` + "\n\n" +
+		head + `"choices":[{"index":0,"delta":{"content":"b"},"finish_reason":"stop"}]}` + "\n\n" +
+		`data: {"id":"c2","model":"n","error":{"message":"over"},"choices":[]}` + "\n\n" +
+		head + `"choices":[{"index":1,"delta":{"content":"c"}},{"index":0,"delta":{"tool_calls":[{"index":0,"id":"t","function":{"name":"f","arguments":"{}"}}]}}]}` + "\n\n"))
+	f.Fuzz(func(t *testing.T, stream []byte) {
+		skipping, whole := &chatTap{}, &chatTap{}
+		for _, ev := range bytes.Split(stream, []byte("\n\n")) {
+			skipping.read(ev)
+			whole.repeated = whole.repeated[:0]
+			whole.read(ev)
+		}
+		a, b := skipping.Response(), whole.Response()
+		ja, _ := json.Marshal(a)
+		jb, _ := json.Marshal(b)
+		if !bytes.Equal(ja, jb) || !bytes.Equal(skipping.text, whole.text) {
+			t.Fatalf("reading from the repeated bytes differs:\n%s\n%s", ja, jb)
+		}
+	})
+}
+
+// TestChatTapSkipsRepeatedBytes checks that the tap does skip a real
+// stream's repeated first bytes: after its first chunk, the tap holds them
+// up to "choices".
+func TestChatTapSkipsRepeatedBytes(t *testing.T) {
+	tap := &chatTap{}
+	evs := bytes.Split(fixture(t, "chat/stream-text-include-usage.sse"), []byte("\n\n"))
+	tap.read(evs[0])
+	_, data := sse.Fields(evs[1])
+	want, _, _ := strings.Cut(string(data), `"choices"`)
+	if string(tap.repeated) != want || len(want) < 100 {
+		t.Fatalf("repeated bytes %q, want %q", tap.repeated, want)
+	}
 }
 
 func FuzzResponsesTap(f *testing.F) {
