@@ -178,9 +178,13 @@ func (x *exchange) begin(headersOnly bool) *extprocv3.ProcessingResponse {
 	}
 	x.swapKey(m, x.prov)
 	// The router honours this header for the upstream call, stream
-	// included: the per-call bound min(configured, remaining − reserve).
+	// included: the per-call bound min(configured, remaining − reserve),
+	// rounded up to whole milliseconds. Rounded down, the router's timer
+	// fired up to a millisecond before the run reached its final reserve,
+	// and the run's deadline, which ends the run when its timeout fires
+	// inside that reserve, turned into a plain 504.
 	if x.t.Timeout > 0 {
-		m.set(headerUpstreamTimeout, strconv.FormatInt(max(x.t.Timeout.Milliseconds(), 1), 10))
+		m.set(headerUpstreamTimeout, strconv.FormatInt(upstreamTimeoutMs(x.t.Timeout), 10))
 	}
 	var body *extprocv3.BodyMutation
 	changed := !bytes.Equal(x.t.UpstreamBody, x.body)
@@ -389,4 +393,10 @@ func (x *exchange) abort(err error) {
 		out.Status, out.Streamed = x.status, true
 	}
 	x.s.p.Finish(x.ctx, x.t, out)
+}
+
+// upstreamTimeoutMs is a call's timeout as the router's header gives it:
+// whole milliseconds, rounded up, at least one.
+func upstreamTimeoutMs(d time.Duration) int64 {
+	return max(int64((d+time.Millisecond-1)/time.Millisecond), 1)
 }
