@@ -363,7 +363,10 @@ func (p *Pipeline) trackReservation(t *Turn, g *governance, h *accounting.Hold) 
 	}
 	if st, ok := mb.HoldState(h); ok {
 		t.resKey = p.reservationKey(st.ID)
-		size := 128
+		// The record's fixed part runs to about 300 bytes with a priced
+		// call's want (five members) and a nanosecond expiry: 128 grew it
+		// once a call.
+		size := 320
 		for _, k := range st.Ledgers {
 			size += len(k) + 3
 		}
