@@ -168,30 +168,31 @@ func (t *chatTap) read(ev []byte) bool {
 			if t.resp.ID == "" {
 				t.resp.ID = clone(str(val))
 			}
+			return end
 		case "model":
 			if t.resp.Model == "" {
 				t.resp.Model = clone(str(val))
 			}
-		case "choices", "usage", "error":
-			if first < 0 {
-				first = start
+			return end
+		case "usage":
+			usage = val
+		case "error":
+			if isObject(val) {
+				t.resp.ErrorMessage = clone(str(field(val, "message")))
+				t.resp.FinishReason = "error"
 			}
-			switch key {
-			case "usage":
-				usage = val
-			case "error":
-				if isObject(val) {
-					t.resp.ErrorMessage = clone(str(field(val, "message")))
-					t.resp.FinishReason = "error"
-				}
-			}
+		case "choices": // not an array: nothing to read
+		default:
+			return end
+		}
+		if first < 0 {
+			first = start
 		}
 		return end
 	}
 	if n := len(t.repeated); n > 0 && len(d) > n && d[:n] == string(t.repeated) {
 		jsonscan.Members(d, n, false, read)
 	} else {
-		first = -1
 		jsonscan.Object(d, 0, false, read)
 		if first > 0 {
 			t.repeated = append(t.repeated[:0], d[:first]...)
