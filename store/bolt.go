@@ -546,13 +546,20 @@ func (s *Bolt) layers() []*overlay {
 	return append(append(make([]*overlay, 0, len(s.frozen)+1), s.frozen...), s.active)
 }
 
+// logged is the newest write of key the log holds and the bbolt file does
+// not yet (see overlay.get); the caller holds ovMu.
+func (s *Bolt) logged(b Bucket, key []byte) (value []byte, found bool) {
+	value, found = s.active.get(b, key)
+	for i := len(s.frozen) - 1; !found && i >= 0; i-- {
+		value, found = s.frozen[i].get(b, key)
+	}
+	return value, found
+}
+
 // Get implements Store.
 func (s *Bolt) Get(b Bucket, key []byte) ([]byte, error) {
 	s.ovMu.RLock()
-	v, ok := s.active.get(b, key)
-	for i := len(s.frozen) - 1; !ok && i >= 0; i-- {
-		v, ok = s.frozen[i].get(b, key)
-	}
+	v, ok := s.logged(b, key)
 	s.ovMu.RUnlock()
 	if ok {
 		return bytes.Clone(v), nil
@@ -581,10 +588,7 @@ func (s *Bolt) GetMany(b Bucket, keys [][]byte, fn func(i int, value []byte) err
 		inFile := 0
 		s.ovMu.RLock()
 		for i, key := range batch {
-			v, ok := s.active.get(b, key)
-			for j := len(s.frozen) - 1; !ok && j >= 0; j-- {
-				v, ok = s.frozen[j].get(b, key)
-			}
+			v, ok := s.logged(b, key)
 			vals[i], found[i] = bytes.Clone(v), ok
 			if !ok {
 				inFile++
