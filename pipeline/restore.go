@@ -172,13 +172,8 @@ func listUnfinished(ctx context.Context, st store.Store, send func(k, v []byte, 
 	if err != nil {
 		return err
 	}
-	for len(ops) > listBatch {
-		if err := <-st.Apply(ops[:listBatch:listBatch]); err != nil {
-			return err
-		}
-		ops = ops[listBatch:]
-	}
-	return <-st.Apply(append(ops, store.Op{Bucket: store.Unfinished, Key: listComplete, Value: listedValue}))
+	// The key that completes the list goes last, in the last commit.
+	return applyAll(st, append(ops, store.Op{Bucket: store.Unfinished, Key: listComplete, Value: listedValue}), listBatch)
 }
 
 // listBatch bounds the entries of one commit of a first listing.

@@ -193,7 +193,7 @@ func (p *Pipeline) SweepStored(force bool) (int, error) {
 		ops, err = p.forgetRuns(expired, ops)
 	}
 	if err == nil {
-		err = applyAll(st, ops)
+		err = applyAll(st, ops, storeSweepBatch)
 	}
 	if err == nil && complete == nil {
 		// Last: until then, the next sweep reads every snapshot again.
@@ -427,10 +427,11 @@ func (p *Pipeline) forgetRuns(expired []expiredRun, ops []store.Op) ([]store.Op,
 	return ops, nil
 }
 
-// applyAll writes ops in commits of storeSweepBatch.
-func applyAll(st store.Store, ops []store.Op) error {
+// applyAll writes ops in order, in commits of at most batch ops: a crash
+// between two leaves the earlier ones written, the later ones not.
+func applyAll(st store.Store, ops []store.Op, batch int) error {
 	for len(ops) > 0 {
-		n := min(len(ops), storeSweepBatch)
+		n := min(len(ops), batch)
 		if err := <-st.Apply(ops[:n:n]); err != nil {
 			return err
 		}
