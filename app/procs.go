@@ -13,8 +13,13 @@ import "runtime"
 // one core), the added p99 was 1.7–8.7 ms (0.6–3.5 times the floor's in
 // the same run, median 1.1) against 9.5–112 ms (3.3–47 times, median 11)
 // with one processor, in nine alternated pairs of runs, for a CPU a call
-// 1.32 times the floor's against 1.24 (medians); on an idle core a
-// stream's first byte comes 0.1–0.3 ms later (one more thread to wake).
+// 1.32 times the floor's against 1.24 (medians). At 200 req/s a call
+// costs more CPU with two (855 against 615 µs, a second thread woken and
+// put back to sleep); a stream's first byte, measured with the mock
+// pausing after it, showed no difference through the machine's noise.
+// A second processor only while a checkpoint commits was tried: the added
+// p99 fell between the two settings' (the second processor serves more
+// than the checkpoint).
 // Not where a CPU quota rather than the affinity makes the one processor:
 // two threads would run at once on two cores, spend the quota in half its
 // period and be throttled for the rest. It reports the processors it set,
