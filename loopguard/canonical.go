@@ -19,6 +19,7 @@ type span struct{ start, keyEnd, end int }
 type scratch struct {
 	buf   []byte // hash input: domain prefix, ids, canonical bytes
 	shape []byte // canonical bytes with digit runs masked
+	alt   []byte // a second hash input over the same canonical bytes (Fingerprints)
 	tmp   []byte // copy of an object's members while they are reordered
 	str   []byte // decoded string content or folded text
 	key   []byte // lower-cased key for the volatile-key lookup

@@ -73,7 +73,8 @@ func (c *Canonicalizer) get() *scratch { return c.pool.Get().(*scratch) }
 
 func (c *Canonicalizer) put(st *scratch) {
 	if cap(st.buf) > maxPooledBuffer || cap(st.tmp) > maxPooledBuffer ||
-		cap(st.str) > maxPooledBuffer || cap(st.shape) > maxPooledBuffer {
+		cap(st.str) > maxPooledBuffer || cap(st.shape) > maxPooledBuffer ||
+		cap(st.alt) > maxPooledBuffer {
 		return
 	}
 	c.pool.Put(st)
@@ -96,16 +97,48 @@ func (c *Canonicalizer) Canonical(dst, args []byte) []byte {
 // Fingerprint hashes the agent id, the tool name and the canonical form of
 // the arguments.
 func (c *Canonicalizer) Fingerprint(agentID, tool string, args []byte) Fingerprint {
+	fp, _ := c.Fingerprints(agentID, tool, args)
+	return fp
+}
+
+// Fingerprints is Fingerprint(agentID, tool, args) and Fingerprint("",
+// tool, args) — a call as its agent made it, and as any agent would — from
+// one canonical form of the arguments, which is most of a fingerprint's
+// cost (the gateway needs both for each tool call a model asks for: the
+// loop guard's, and the key a tool route finds the run by).
+func (c *Canonicalizer) Fingerprints(agentID, tool string, args []byte) (agent, anyAgent Fingerprint) {
 	st := c.get()
-	b := append(st.buf[:0], domainCall...)
-	b = binary.AppendUvarint(b, uint64(len(agentID)))
-	b = append(b, agentID...)
-	b = binary.AppendUvarint(b, uint64(len(tool)))
-	b = append(b, tool...)
+	b := appendCallHead(st.buf[:0], agentID, tool)
 	head := len(b)
 	b = canonical(b, args, st, c.volatile)
 	st.buf = b
+	agent = st.fingerprint(b, head)
+	if agentID == "" {
+		c.put(st)
+		return agent, agent
+	}
+	a := appendCallHead(st.alt[:0], "", tool)
+	a = append(a, b[head:]...)
+	st.alt = a
+	anyAgent = st.fingerprint(a, len(a)-(len(b)-head))
+	c.put(st)
+	return agent, anyAgent
+}
 
+// appendCallHead appends what a call's hash input holds before the
+// arguments: the domain, the agent id and the tool name.
+func appendCallHead(b []byte, agentID, tool string) []byte {
+	b = append(b, domainCall...)
+	b = binary.AppendUvarint(b, uint64(len(agentID)))
+	b = append(b, agentID...)
+	b = binary.AppendUvarint(b, uint64(len(tool)))
+	return append(b, tool...)
+}
+
+// fingerprint hashes b, a call's hash input whose canonical arguments
+// start at head: its identity, then its shape (the ids and the arguments
+// with every run of digits masked).
+func (st *scratch) fingerprint(b []byte, head int) Fingerprint {
 	var fp Fingerprint
 	sum := sha256.Sum256(b)
 	copy(fp[:16], sum[:16])
@@ -127,7 +160,6 @@ func (c *Canonicalizer) Fingerprint(agentID, tool string, args []byte) Fingerpri
 	st.shape = sh
 	sum = sha256.Sum256(sh)
 	copy(fp[16:], sum[:8])
-	c.put(st)
 	return fp
 }
 

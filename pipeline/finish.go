@@ -197,18 +197,22 @@ func (p *Pipeline) toolStep(t *Turn, g *governance, resp *wire.Response, out Out
 		r.Outstanding = map[string]runstate.OutstandingCall{}
 	}
 	calls := make([]loopguard.Call, 0, len(resp.ToolCalls))
-	fps := make([]string, 0, len(resp.ToolCalls))
+	prints := make([]callPrints, 0, len(resp.ToolCalls))
 	for i, tc := range resp.ToolCalls {
-		fp := t.toolFingerprint(g, r.AgentID, i, tc)
+		fp, anyAgent := t.toolFingerprints(g, r.AgentID, i, tc)
 		calls = append(calls, loopguard.Call{ID: tc.ID, Tool: tc.Name, FP: fp})
 		s := fp.String()
-		fps = append(fps, s)
+		cp := callPrints{agent: s, anyAgent: s}
+		if anyAgent != fp {
+			cp.anyAgent = anyAgent.String()
+		}
+		prints = append(prints, cp)
 		r.Outstanding[tc.ID] = runstate.OutstandingCall{Name: tc.Name, Fingerprint: s}
 		r.LastAction = &runstate.Action{Tool: tc.Name, ArgumentsHash: s}
 		r.Record(now, runstate.Event{Type: runstate.EventToolCall, Tool: tc.Name, ArgumentsHash: s})
 	}
 	r.Transition(runstate.ExecutingTools, now, strconv.Itoa(len(calls))+" tool call(s)")
-	p.governModelToolCalls(t, g, resp, fps, now)
+	p.governModelToolCalls(t, g, resp, prints, now)
 	if v := g.guard.Step(int(r.Counters.AgentSteps), calls); v != nil {
 		p.loopVerdict(t, g, v, now)
 	}

@@ -216,12 +216,16 @@ func (t *Turn) observation(g *governance, tr wire.ToolResult) loopguard.Fingerpr
 	return fp
 }
 
-// toolFingerprint is the loop guard's fingerprint of the i-th tool call of
-// a response: computed, or during a replay taken from the recording.
-func (t *Turn) toolFingerprint(g *governance, agentID string, i int, tc wire.ToolCall) loopguard.Fingerprint {
+// toolFingerprints are the fingerprints of the i-th tool call of a
+// response: the loop guard's (its agent's: computed, or during a replay
+// taken from the recording), and any agent's, which the tool routes find
+// the run by (computed; one canonical form of the arguments serves both).
+func (t *Turn) toolFingerprints(g *governance, agentID string, i int, tc wire.ToolCall) (fp, anyAgent loopguard.Fingerprint) {
 	fp, ok := t.replayed().fingerprint(i)
-	if !ok {
-		fp = g.canon.Fingerprint(agentID, tc.Name, tc.Arguments)
+	if ok {
+		anyAgent = g.canon.Fingerprint("", tc.Name, tc.Arguments)
+	} else {
+		fp, anyAgent = g.canon.Fingerprints(agentID, tc.Name, tc.Arguments)
 	}
 	if g.rec != nil {
 		c := ToolCallRecord{ID: tc.ID, Name: tc.Name, Fingerprint: hex.EncodeToString(fp[:]), ArgBytes: len(tc.Arguments)}
@@ -231,7 +235,7 @@ func (t *Turn) toolFingerprint(g *governance, agentID string, i int, tc wire.Too
 		rec := t.callRecord()
 		rec.ToolCalls = append(rec.ToolCalls, c)
 	}
-	return fp
+	return fp, anyAgent
 }
 
 func (t *Turn) callRecord() *CallRecord {

@@ -10,6 +10,10 @@ import (
 	"github.com/haltline/haltline/wire"
 )
 
+// callPrints are a tool call's fingerprints as strings: its agent's (the
+// loop guard's) and any agent's (the key a tool route finds its run by).
+type callPrints struct{ agent, anyAgent string }
+
 // governModelToolCalls is the tool step of a model response (called from
 // toolStep, with the calls' fingerprints it computed): each tool call is
 // indexed for attribution at the tool routes, and asked of haltline.tool.
@@ -17,18 +21,17 @@ import (
 // a non-streamed response is replaced by the ended answer, a stream ends
 // the run at its next call. Approvals are the tool route's: the framework
 // runs the call through it.
-func (p *Pipeline) governModelToolCalls(t *Turn, g *governance, resp *wire.Response, fps []string, now time.Time) {
+func (p *Pipeline) governModelToolCalls(t *Turn, g *governance, resp *wire.Response, prints []callPrints, now time.Time) {
 	r := t.run
 	for i, tc := range resp.ToolCalls {
-		afp := g.canon.Fingerprint("", tc.Name, tc.Arguments).String()
-		p.indexKey(g, toolFPKey(tc.Name, afp), r.ID)
+		p.indexKey(g, toolFPKey(tc.Name, prints[i].anyAgent), r.ID)
 		if p.pol == nil || t.pendingEnd != nil {
 			continue
 		}
 		server, entry := p.ToolRegistry().resolve(tc.Name)
 		in := policy.ToolInput{RunInput: runInput(r, t.Call.Principal, now), Tool: policy.ToolInfo{
 			Name: tc.Name, Server: server, Level: entry.Level, Hints: entry.Hints, Arguments: tc.Arguments,
-			Fingerprint: fps[i]}}
+			Fingerprint: prints[i].agent}}
 		d, err := p.pol.Tool(context.Background(), in)
 		detail := ""
 		switch {

@@ -312,3 +312,30 @@ func TestToolStateSurvivesARestart(t *testing.T) {
 		t.Fatalf("repeated write after a restart: %+v (executed again?)", tt.Answer)
 	}
 }
+
+// A tool call a model asked for is found at the tool route by its
+// arguments (canonically: other key order, other spacing) whatever agent
+// made it: the route's call carries no agent id, so the run indexes the
+// call as any agent's while its loop guard keeps the agent's own
+// fingerprint.
+func TestToolCallFoundByItsArguments(t *testing.T) {
+	t.Parallel()
+	for _, agent := range []string{"", "agent-7"} {
+		t.Run("agent="+agent, func(t *testing.T) {
+			t.Parallel()
+			p := toolPipeline(t, nil)
+			ctx := context.Background()
+			body := []byte(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Read it."}],"tools":[{"type":"function","function":{"name":"read","parameters":{"type":"object"}}}]}`)
+			mt := p.Begin(ctx, &pipeline.Call{Body: body, AgentID: agent}, openai.Chat{})
+			p.Finish(ctx, mt, pipeline.Outcome{Status: 200, Body: []byte(`{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"read","arguments":"{\"path\":\"a.go\",\"limit\":10}"}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":10,"completion_tokens":5,"total_tokens":15}}`)})
+			tt, _ := runTool(p, "", "read", `{ "limit": 10, "path": "a.go" }`, "package a")
+			if tt.RunID() != mt.RunID() {
+				t.Fatalf("the tool call went to run %q, not the model call's %q", tt.RunID(), mt.RunID())
+			}
+			other, _ := runTool(p, "", "read", `{"limit":10,"path":"b.go"}`, "package b")
+			if other.RunID() == mt.RunID() {
+				t.Fatalf("a call the model did not ask for was attributed to its run")
+			}
+		})
+	}
+}
