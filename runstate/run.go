@@ -155,6 +155,9 @@ func (r *Run) Record(now time.Time, ev Event) { r.event(now, ev) }
 // from memory (the store keeps them) with a marker.
 const maxEvents = 4096
 
+// firstEvents is the room a run's first event makes for its events.
+const firstEvents = 8
+
 func (r *Run) event(now time.Time, ev Event) {
 	ev.Seq = r.seqBase + 1
 	if n := len(r.Events); n > 0 {
@@ -166,7 +169,12 @@ func (r *Run) event(now time.Time, ev Event) {
 	ev.At = r.atText
 	ev.ElapsedMs = r.Elapsed(now).Milliseconds()
 	ev.Step = r.Counters.AgentSteps
-	if len(r.Events) >= maxEvents {
+	switch {
+	case r.Events == nil:
+		// A step records about four events: room for two steps at once,
+		// where growing from one reallocated at the 2nd, 3rd, 5th and 9th.
+		r.Events = make([]Event, 0, firstEvents)
+	case len(r.Events) >= maxEvents:
 		copy(r.Events, r.Events[len(r.Events)/4:])
 		r.Events = r.Events[:len(r.Events)-len(r.Events)/4]
 	}
