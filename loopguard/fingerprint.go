@@ -145,22 +145,32 @@ func (st *scratch) fingerprint(b []byte, head int) Fingerprint {
 
 	sh := append(st.shape[:0], domainShape...)
 	sh = append(sh, b[len(domainCall):head]...)
-	digits := false
-	for _, ch := range b[head:] {
-		if isDigit(ch) {
-			if !digits {
-				sh = append(sh, '#')
-			}
-			digits = true
-			continue
-		}
-		digits = false
-		sh = append(sh, ch)
-	}
+	sh = appendDigitsMasked(sh, b[head:])
 	st.shape = sh
 	sum = sha256.Sum256(sh)
 	copy(fp[16:], sum[:8])
 	return fp
+}
+
+// appendDigitsMasked appends s with every run of digits replaced by one
+// '#', copying the bytes between runs in bulk: a byte at a time, this was
+// a third of a fingerprint's time.
+func appendDigitsMasked(dst, s []byte) []byte {
+	for len(s) > 0 {
+		i := 0
+		for i < len(s) && !isDigit(s[i]) {
+			i++
+		}
+		dst = append(dst, s[:i]...)
+		if i == len(s) {
+			break
+		}
+		dst = append(dst, '#')
+		for i++; i < len(s) && isDigit(s[i]); i++ {
+		}
+		s = s[i:]
+	}
+	return dst
 }
 
 // Observation hashes a tool result normalised like arguments: canonical JSON

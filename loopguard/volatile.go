@@ -84,44 +84,47 @@ var byteClass = func() (t [256]byte) {
 // values replaced by placeholders. Candidates are looked for only at the
 // start of an alphanumeric token and only when the token has the right
 // length and follower ("2024" then '-', "12" then ':'), so ordinary text is
-// copied in bulk.
+// copied in bulk: what needs no change is copied once, up to the next
+// escape or placeholder (a copy a token was most of a large tool result's
+// hashing).
 func appendNormalized(dst, s []byte) []byte {
 	dst = append(dst, '"')
+	from := 0 // s[from:i] goes out as it is
 	for i := 0; i < len(s); {
 		switch byteClass[s[i]] {
 		case clSafe:
-			j := i + 1
-			for j < len(s) && byteClass[s[j]] == clSafe {
-				j++
+			i++
+			for i < len(s) && byteClass[s[i]] == clSafe {
+				i++
 			}
-			dst = append(dst, s[i:j]...)
-			i = j
 			continue
 		case clEscape:
-			dst = appendEscaped(dst, s[i])
+			dst = appendEscaped(append(dst, s[from:i]...), s[i])
 			i++
+			from = i
 			continue
 		}
 		j := i + 1
 		for j < len(s) && byteClass[s[j]] >= clLetter {
 			j++
 		}
-		if n := matchAt(s[i:], j-i); n > 0 {
-			dst = append(dst, phTime...)
-			i += n
-			continue
-		} else if n < 0 {
-			dst = append(dst, phUUID...)
-			i -= n
+		if n := matchAt(s[i:], j-i); n != 0 {
+			dst = append(dst, s[from:i]...)
+			if n > 0 {
+				dst, i = append(dst, phTime...), i+n
+			} else {
+				dst, i = append(dst, phUUID...), i-n
+			}
+			from = i
 			continue
 		}
 		if j-i >= 10 {
-			dst = appendRun(dst, s[i:j])
-		} else {
-			dst = append(dst, s[i:j]...)
+			dst = appendRun(append(dst, s[from:i]...), s[i:j])
+			from = j
 		}
 		i = j
 	}
+	dst = append(dst, s[from:]...)
 	return append(dst, '"')
 }
 
