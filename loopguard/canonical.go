@@ -564,8 +564,13 @@ func foldText(dst, src []byte) []byte {
 			}
 			// A run of ASCII other than white space goes out in one copy.
 			j := i + 1
-			for j < len(src) && src[j] < utf8.RuneSelf && !isASCIISpace(src[j]) {
-				j++
+			for {
+				j = skipWord(src, j)
+				if j < len(src) && src[j] < ' ' && !isASCIISpace(src[j]) {
+					j++ // a control byte other than white space: part of the run
+					continue
+				}
+				break
 			}
 			if space && len(dst) > 0 {
 				dst = append(dst, ' ')
@@ -588,6 +593,24 @@ func foldText(dst, src []byte) []byte {
 		dst = utf8.AppendRune(dst, r)
 	}
 	return dst
+}
+
+// skipWord returns the index of the first byte from i on that is a space,
+// a control byte or a byte of a multi-byte character; len(s) if none.
+// Eight bytes at a time: foldText's runs are most of a text tool result.
+func skipWord(s []byte, i int) int {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	for ; i+8 <= len(s); i += 8 {
+		x := binary.LittleEndian.Uint64(s[i:])
+		// Bytes up to ' ', then bytes from 0x80; a borrow only runs
+		// upward, so the lowest mark is exact.
+		if m := ((x-ones*0x21)&^x | x) & highs; m != 0 {
+			return i + bits.TrailingZeros64(m)>>3
+		}
+	}
+	for ; i < len(s) && s[i] > ' ' && s[i] < utf8.RuneSelf; i++ {
+	}
+	return i
 }
 
 func isASCIISpace(c byte) bool { return c == ' ' || (c >= '\t' && c <= '\r') }

@@ -171,6 +171,7 @@ func FuzzNormalizersMatchReference(f *testing.F) {
 	}
 	f.Add(bigLogs(2 << 10))
 	f.Add([]byte(`JSON in a string: {\"a\":\"b\u00e9\ud83d\ude00\"}, caf\u00e9 naïve ÿþ tail" rest`))
+	f.Add([]byte("  white  space:\tfolded   to one,\r\n\n  \x01control\x1fbytes kept\u2003\u00a0x  "))
 	f.Add([]byte("invalid UTF-8 \xff\xfe, caf\xc3\xa9, a cut \xc3( and \xed\xa0\x80 (a surrogate)\" rest"))
 	f.Add([]byte("id 550e8400-e29b-41d4-a716-446655440000 at 2024-05-01T12:00:00Z and 12:30:45, epoch 1714564800123 hex deadbeefdeadbeef00 \"q\"\\\x01 \u00e9\u2003x"))
 	f.Fuzz(func(t *testing.T, in []byte) {

@@ -108,15 +108,19 @@ func appendNormalized(dst, s []byte) []byte {
 		for j < len(s) && byteClass[s[j]] >= clLetter {
 			j++
 		}
-		if n := matchAt(s[i:], j-i); n != 0 {
-			dst = append(dst, s[from:i]...)
-			if n > 0 {
-				dst, i = append(dst, phTime...), i+n
-			} else {
-				dst, i = append(dst, phUUID...), i-n
+		// Only a token of 2, 4 or 8 bytes may start a multi-token match
+		// (see matchAt); most are other lengths and skip the call.
+		if run := j - i; run&(run-1) == 0 && run&0b1110 != 0 {
+			if n := matchAt(s[i:], run); n != 0 {
+				dst = append(dst, s[from:i]...)
+				if n > 0 {
+					dst, i = append(dst, phTime...), i+n
+				} else {
+					dst, i = append(dst, phUUID...), i-n
+				}
+				from = i
+				continue
 			}
-			from = i
-			continue
 		}
 		if j-i >= 10 {
 			dst = appendRun(append(dst, s[from:i]...), s[i:j])
