@@ -248,8 +248,7 @@ func compareBytes(a, b []byte) int {
 // lower-casing goes to scratch so the lookup does not allocate.
 func (p *parser) isVolatileKey(key []byte) bool {
 	ks := p.volatile
-	if ks == nil || len(key) == 0 || len(key) >= 64 || ks.lens&(1<<len(key)) == 0 ||
-		ks.first[lower(key[0])>>6]&(1<<(lower(key[0])&63)) == 0 {
+	if ks == nil || !ks.mayHold(key) {
 		return false
 	}
 	k := p.st.key[:0]

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"strings"
 	"testing"
 )
 
@@ -97,5 +98,30 @@ func BenchmarkFingerprints1KB(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		c.Fingerprints("agent-1", "query_logs", args)
+	}
+}
+
+// The volatile-key prefilter never turns a listed key away, in any case;
+// the keys of a typical tool result mostly never reach the map.
+func TestVolatileKeyFilter(t *testing.T) {
+	t.Parallel()
+	keys := append(DefaultVolatileKeys(), "X-Request-Token", "a", "k_63_bytes_long_key_that_is_just_under_the_limit_of_the_filter")
+	ks := newKeySet(keys)
+	for _, k := range keys {
+		for _, v := range []string{k, strings.ToUpper(k), strings.ToLower(k)} {
+			if !ks.mayHold([]byte(v)) {
+				t.Errorf("mayHold(%q) = false for a listed key", v)
+			}
+		}
+	}
+	passed := 0
+	common := []string{"message", "host", "decline_code", "latency_ms", "id", "name", "path", "query", "limit", "offset", "status", "level", "service", "content", "title", "url", "body", "items", "results", "total"}
+	for _, k := range common {
+		if ks.mayHold([]byte(k)) {
+			passed++
+		}
+	}
+	if passed > 3 {
+		t.Errorf("%d of %d common keys pass the prefilter", passed, len(common))
 	}
 }

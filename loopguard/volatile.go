@@ -17,12 +17,23 @@ var defaultVolatileKeys = []string{
 // DefaultVolatileKeys returns a copy of the default volatile key list.
 func DefaultVolatileKeys() []string { return append([]string(nil), defaultVolatileKeys...) }
 
-// keySet is the volatile-key set with a cheap prefilter (which lengths and
-// first bytes occur), since most keys of a call are not volatile.
+// keySet is the volatile-key set with a cheap prefilter, since most keys of
+// a call are not volatile: a bit for each key's length, first and last
+// byte (lower case). The default keys cover almost every length and a dozen
+// first bytes, so a filter of length and first byte alone sent most of a
+// JSON tool result's keys ("message", "decline_code") to the map.
 type keySet struct {
-	m     map[string]struct{}
-	lens  uint64
-	first [4]uint64
+	m      map[string]struct{}
+	filter [keyFilterBits / 64]uint64
+}
+
+const keyFilterBits = 1024
+
+// keyFilterBit is the prefilter's bit for a key k (non-empty, under 64
+// bytes), as bytes of any case.
+func keyFilterBit(k []byte) uint32 {
+	h := uint32(len(k))<<16 | uint32(lower(k[0]))<<8 | uint32(lower(k[len(k)-1]))
+	return (h * 0x9E3779B1) >> (32 - 10) // 10 bits: keyFilterBits
 }
 
 func newKeySet(keys []string) *keySet {
@@ -33,10 +44,19 @@ func newKeySet(keys []string) *keySet {
 		}
 		k = strings.ToLower(k)
 		ks.m[k] = struct{}{}
-		ks.lens |= 1 << len(k)
-		ks.first[k[0]>>6] |= 1 << (k[0] & 63)
+		b := keyFilterBit([]byte(k))
+		ks.filter[b/64] |= 1 << (b % 64)
 	}
 	return ks
+}
+
+// mayHold reports whether key (any case) may be in the set: false is sure.
+func (ks *keySet) mayHold(key []byte) bool {
+	if len(key) == 0 || len(key) >= 64 {
+		return false
+	}
+	b := keyFilterBit(key)
+	return ks.filter[b/64]&(1<<(b%64)) != 0
 }
 
 // Placeholders contain no digits and no letters next to '<' or '>' that a
