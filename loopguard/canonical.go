@@ -290,40 +290,10 @@ func (p *parser) str() ([]byte, bool) {
 		case c < 0x20:
 			return nil, false
 		case c == '\\':
-			if i+1 >= len(p.src) {
+			var ok bool
+			if out, i, ok = appendUnescaped(out, p.src, i); !ok {
 				return nil, false
 			}
-			i++
-			switch p.src[i] {
-			case '"', '\\', '/':
-				out = append(out, p.src[i])
-			case 'b':
-				out = append(out, '\b')
-			case 'f':
-				out = append(out, '\f')
-			case 'n':
-				out = append(out, '\n')
-			case 'r':
-				out = append(out, '\r')
-			case 't':
-				out = append(out, '\t')
-			case 'u':
-				r, ok := hex4(p.src, i+1)
-				if !ok {
-					return nil, false
-				}
-				i += 4
-				if r >= 0xD800 && r < 0xDC00 && i+6 < len(p.src) && p.src[i+1] == '\\' && p.src[i+2] == 'u' {
-					if r2, ok := hex4(p.src, i+3); ok && r2 >= 0xDC00 && r2 < 0xE000 {
-						r = (r-0xD800)<<10 | (r2 - 0xDC00) + 0x10000
-						i += 6
-					}
-				}
-				out = utf8.AppendRune(out, r) // lone surrogates become U+FFFD
-			default:
-				return nil, false
-			}
-			i++
 		case c < 0x80:
 			j := skipPlain(p.src, i+1, true)
 			out = append(out, p.src[i:j]...)
@@ -346,6 +316,47 @@ func (p *parser) str() ([]byte, bool) {
 		}
 	}
 	return nil, false
+}
+
+// appendUnescaped appends the character the escape at src[i] (a
+// backslash) stands for, and returns the index after the escape; false
+// for a bad escape. A surrogate pair is one character; a lone surrogate
+// becomes U+FFFD.
+func appendUnescaped(out, src []byte, i int) ([]byte, int, bool) {
+	if i+1 >= len(src) {
+		return out, i, false
+	}
+	i++
+	switch src[i] {
+	case '"', '\\', '/':
+		out = append(out, src[i])
+	case 'b':
+		out = append(out, '\b')
+	case 'f':
+		out = append(out, '\f')
+	case 'n':
+		out = append(out, '\n')
+	case 'r':
+		out = append(out, '\r')
+	case 't':
+		out = append(out, '\t')
+	case 'u':
+		r, ok := hex4(src, i+1)
+		if !ok {
+			return out, i, false
+		}
+		i += 4
+		if r >= 0xD800 && r < 0xDC00 && i+6 < len(src) && src[i+1] == '\\' && src[i+2] == 'u' {
+			if r2, ok := hex4(src, i+3); ok && r2 >= 0xDC00 && r2 < 0xE000 {
+				r = (r-0xD800)<<10 | (r2 - 0xDC00) + 0x10000
+				i += 6
+			}
+		}
+		out = utf8.AppendRune(out, r) // lone surrogates become U+FFFD
+	default:
+		return out, i, false
+	}
+	return out, i + 1, true
 }
 
 // skipPlain returns the index of the first byte from i on that a string's

@@ -10,8 +10,9 @@ import (
 )
 
 // The string readers and writers as they were before they read and
-// copied in bulk: the reference the faster ones must match byte for byte
-// (stored fingerprints depend on it).
+// copied in bulk (an escape's decoding, unchanged, is shared): the
+// reference the faster ones must match byte for byte (stored fingerprints
+// depend on it).
 
 func appendNormalizedRef(dst, s []byte) []byte {
 	dst = append(dst, '"')
@@ -111,40 +112,10 @@ func (p *parser) strRef() ([]byte, bool) {
 		case c < 0x20:
 			return nil, false
 		case c == '\\':
-			if i+1 >= len(p.src) {
+			var ok bool
+			if out, i, ok = appendUnescaped(out, p.src, i); !ok {
 				return nil, false
 			}
-			i++
-			switch p.src[i] {
-			case '"', '\\', '/':
-				out = append(out, p.src[i])
-			case 'b':
-				out = append(out, '\b')
-			case 'f':
-				out = append(out, '\f')
-			case 'n':
-				out = append(out, '\n')
-			case 'r':
-				out = append(out, '\r')
-			case 't':
-				out = append(out, '\t')
-			case 'u':
-				r, ok := hex4(p.src, i+1)
-				if !ok {
-					return nil, false
-				}
-				i += 4
-				if r >= 0xD800 && r < 0xDC00 && i+6 < len(p.src) && p.src[i+1] == '\\' && p.src[i+2] == 'u' {
-					if r2, ok := hex4(p.src, i+3); ok && r2 >= 0xDC00 && r2 < 0xE000 {
-						r = (r-0xD800)<<10 | (r2 - 0xDC00) + 0x10000
-						i += 6
-					}
-				}
-				out = utf8.AppendRune(out, r) // lone surrogates become U+FFFD
-			default:
-				return nil, false
-			}
-			i++
 		case c < 0x80:
 			out = append(out, c)
 			i++
