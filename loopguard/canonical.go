@@ -590,19 +590,24 @@ func foldText(dst, src []byte) []byte {
 			i = j
 			continue
 		}
-		r, size := utf8.DecodeRune(src[i:])
-		i += size
-		if unicode.IsSpace(r) {
-			space = true
-			continue
-		}
-		if space && len(dst) > 0 {
-			dst = append(dst, ' ')
-		}
-		space = false
-		dst = utf8.AppendRune(dst, r)
+		dst, i, space = foldRune(dst, src, i, space)
 	}
 	return dst
+}
+
+// foldRune folds the character at src[i], not ASCII, into dst as foldText
+// does (space: white space came before it, not yet written), and returns
+// the index after it. An invalid byte becomes U+FFFD.
+func foldRune(dst, src []byte, i int, space bool) ([]byte, int, bool) {
+	r, size := utf8.DecodeRune(src[i:])
+	i += size
+	if unicode.IsSpace(r) {
+		return dst, i, true
+	}
+	if space && len(dst) > 0 {
+		dst = append(dst, ' ')
+	}
+	return utf8.AppendRune(dst, r), i, false
 }
 
 // skipWord returns the index of the first byte from i on that is a space,

@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"unicode"
 	"unicode/utf8"
 )
 
 // The string readers and writers as they were before they read and
-// copied in bulk (an escape's decoding, unchanged, is shared): the
+// copied in bulk (an escape's decoding and a multi-byte character's
+// folding, unchanged, are shared): the
 // reference the faster ones must match byte for byte (stored fingerprints
 // depend on it).
 
@@ -71,17 +71,7 @@ func foldTextRef(dst, src []byte) []byte {
 			dst = append(dst, c)
 			continue
 		}
-		r, size := utf8.DecodeRune(src[i:])
-		i += size
-		if unicode.IsSpace(r) {
-			space = true
-			continue
-		}
-		if space && len(dst) > 0 {
-			dst = append(dst, ' ')
-		}
-		space = false
-		dst = utf8.AppendRune(dst, r)
+		dst, i, space = foldRune(dst, src, i, space)
 	}
 	return dst
 }
