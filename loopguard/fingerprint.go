@@ -97,7 +97,7 @@ func (c *Canonicalizer) Canonical(dst, args []byte) []byte {
 // Fingerprint hashes the agent id, the tool name and the canonical form of
 // the arguments.
 func (c *Canonicalizer) Fingerprint(agentID, tool string, args []byte) Fingerprint {
-	fp, _ := c.Fingerprints(agentID, tool, args)
+	fp, _ := c.fingerprints(agentID, tool, args, false)
 	return fp
 }
 
@@ -107,13 +107,18 @@ func (c *Canonicalizer) Fingerprint(agentID, tool string, args []byte) Fingerpri
 // cost (the gateway needs both for each tool call a model asks for: the
 // loop guard's, and the key a tool route finds the run by).
 func (c *Canonicalizer) Fingerprints(agentID, tool string, args []byte) (agent, anyAgent Fingerprint) {
+	return c.fingerprints(agentID, tool, args, true)
+}
+
+// fingerprints is Fingerprints, or with both false only the agent's.
+func (c *Canonicalizer) fingerprints(agentID, tool string, args []byte, both bool) (agent, anyAgent Fingerprint) {
 	st := c.get()
 	b := appendCallHead(st.buf[:0], agentID, tool)
 	head := len(b)
 	b = canonical(b, args, st, c.volatile)
 	st.buf = b
 	agent = st.fingerprint(b, head)
-	if agentID == "" {
+	if agentID == "" || !both {
 		c.put(st)
 		return agent, agent
 	}
