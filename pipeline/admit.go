@@ -37,14 +37,19 @@ func (p *Pipeline) Begin(ctx context.Context, call *Call, codec wire.Codec) *Tur
 		return t
 	}
 	t.run = r
-	unlock, err := p.lockRun(ctx, r.ID)
+	unlock, pre, err := p.lockRun(ctx, r.ID)
 	if err != nil {
 		p.unavailable(t, err)
 		return t
 	}
-	defer unlock()
+	released := false // by the commit of the run's state
+	defer func() {
+		if !released {
+			unlock()
+		}
+	}()
 	r.Mu.Lock()
-	if err := p.refresh(r); err != nil {
+	if err := p.refresh(r, pre); err != nil {
 		r.Mu.Unlock()
 		p.unavailable(t, err)
 		return t
@@ -59,8 +64,11 @@ func (p *Pipeline) Begin(ctx context.Context, call *Call, codec wire.Codec) *Tur
 	// end) is written before it leaves, as is everything when replicas
 	// share the store.
 	var saved <-chan error
+	carried := false
 	switch {
-	case t.Answer != nil || r.State.Final() || p.shared():
+	case p.shared():
+		saved, carried = p.persistReleasing(r, pre.release)
+	case t.Answer != nil || r.State.Final():
 		saved = p.persist(r)
 	case created:
 		p.saveSoon(r)
@@ -69,7 +77,8 @@ func (p *Pipeline) Begin(ctx context.Context, call *Call, codec wire.Codec) *Tur
 	}
 	r.Mu.Unlock()
 	if p.shared() {
-		p.wait(saved, r.ID) // the next replica to take the lock must see this
+		// The next replica to take the lock must see this.
+		released = p.wait(saved, r.ID) && carried
 	}
 	return t
 }

@@ -95,12 +95,12 @@ func (p *Pipeline) controlRun(id string) (*runstate.Run, func(), error) {
 		return nil, nil, ErrNoRun
 	}
 	ctx := context.Background()
-	unlockRun, err := p.lockRun(ctx, id)
+	unlockRun, pre, err := p.lockRun(ctx, id)
 	if err != nil {
 		return nil, nil, err
 	}
 	r.Mu.Lock()
-	if err := p.refresh(r); err != nil {
+	if err := p.refresh(r, pre); err != nil {
 		r.Mu.Unlock()
 		unlockRun()
 		return nil, nil, err

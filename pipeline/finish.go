@@ -35,7 +35,7 @@ func (p *Pipeline) Finish(ctx context.Context, t *Turn, out Outcome) *Answer {
 	}
 	r := t.run
 	ctx = context.WithoutCancel(ctx)
-	unlock, lockErr := p.lockRun(ctx, r.ID)
+	unlock, pre, lockErr := p.lockRun(ctx, r.ID)
 	if lockErr != nil {
 		// Settle anyway: the book is the source of truth for money; the
 		// run's record catches up at its next call.
@@ -43,20 +43,22 @@ func (p *Pipeline) Finish(ctx context.Context, t *Turn, out Outcome) *Answer {
 		unlock = func() {}
 	}
 	r.Mu.Lock()
-	if err := p.refresh(r); err != nil {
+	if err := p.refresh(r, pre); err != nil {
 		p.log.Error("run refresh failed at settlement", "run_id", r.ID, "err", err)
 	}
 	answer := p.finishLocked(ctx, t, out, now)
 	p.recordFinish(t, out, now)
 	p.closeReservation(t, govOf(r))
-	saved := p.persist(r)
+	saved, carried := p.persistReleasing(r, pre.release)
 	r.Mu.Unlock()
 	if t.unreg != nil {
 		t.unreg()
 	}
-	// The answer leaves only once its settlement is committed to the store.
-	p.wait(saved, r.ID)
-	unlock()
+	// The answer leaves only once its settlement is committed to the store
+	// (with the run's lock let go in the same commit, when it can be).
+	if !p.wait(saved, r.ID) || !carried {
+		unlock()
+	}
 	p.obs.ModelCall(p.callReport(t, answerStatus(t, answer, out), out, p.now()))
 	return answer
 }

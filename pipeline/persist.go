@@ -160,6 +160,21 @@ func (p *Pipeline) persist(r *runstate.Run) <-chan error {
 	return p.opts.Store.Apply(ops)
 }
 
+// persistReleasing is persist for a caller holding the run's lock: with
+// the lock's release op (see RunLockReader), the commit that carries the
+// run's state lets go of the lock too, and carried says so; the caller
+// unlocks itself when it is not carried or the commit failed.
+func (p *Pipeline) persistReleasing(r *runstate.Run, release store.Op) (saved <-chan error, carried bool) {
+	ops := p.persistOps(r)
+	if ops == nil {
+		return nil, false
+	}
+	if release.Bucket == store.LockRelease {
+		ops, carried = append(ops, release), true
+	}
+	return p.opts.Store.Apply(ops), carried
+}
+
 // saveSoonWait bounds how long a new run whose first call went out stays
 // unwritten when that call has not ended (then it goes to the store's next
 // commit, store.Store.Later): with the store's own wait, the window in
@@ -398,9 +413,9 @@ func (p *Pipeline) closeReservation(t *Turn, g *governance) {
 
 // wait blocks until a persist committed (bounded); a failure is logged,
 // readiness reports it.
-func (p *Pipeline) wait(ch <-chan error, runID string) {
+func (p *Pipeline) wait(ch <-chan error, runID string) (committed bool) {
 	if ch == nil {
-		return
+		return false
 	}
 	var err error
 	select {
@@ -412,12 +427,13 @@ func (p *Pipeline) wait(ch <-chan error, runID string) {
 			t.Stop()
 		case <-t.C:
 			p.log.Error("persisting run timed out", "run_id", runID)
-			return
+			return false
 		}
 	}
 	if err != nil {
 		p.log.Error("persisting run failed", "run_id", runID, "err", err)
 	}
+	return err == nil
 }
 
 // Restore is StartRestore, waited for: every unfinished run is back in

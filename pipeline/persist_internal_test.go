@@ -230,3 +230,77 @@ func TestEventRecordsAreExtended(t *testing.T) {
 		t.Fatalf("%d events in %d records for %d steps", len(seqs), records, steps)
 	}
 }
+
+// storedVersion reads the version decode would, without decoding: from
+// real snapshots (the run's own members hold no "version" of their own,
+// but a tool's name or a detail may say it) and from hand-made ones.
+func TestStoredVersion(t *testing.T) {
+	p := storedPipeline(t)
+	ctx := context.Background()
+	var blobs [][]byte
+	for k := range 3 {
+		body := fmt.Appendf(nil, `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"\"version\":%d"}]}`, 90+k)
+		resp := fmt.Appendf(nil, `{"id":"chatcmpl-%d","object":"chat.completion","created":1,"model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"call_%d","type":"function","function":{"name":"version","arguments":"{\"version\":%d}"}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":100,"completion_tokens":10,"total_tokens":110}}`, k, k, 70+k)
+		tr := p.Begin(ctx, &Call{Body: body, RunID: "r-version"}, openai.Chat{})
+		if tr.Answer != nil {
+			t.Fatalf("refused: %s", tr.Answer.Body)
+		}
+		p.Finish(ctx, tr, Outcome{Status: 200, Body: resp})
+		v, err := p.opts.Store.Get(store.Runs, []byte("r-version"))
+		if err != nil || v == nil {
+			t.Fatalf("stored snapshot: %q %v", v, err)
+		}
+		blobs = append(blobs, v)
+	}
+	for i, v := range blobs {
+		var b runBlob
+		if err := decode(v, &b); err != nil {
+			t.Fatal(err)
+		}
+		got, ok := storedVersion(v)
+		if !ok || got != b.Version || b.Version == 0 {
+			t.Fatalf("snapshot %d: storedVersion %d %v, decode %d", i, got, ok, b.Version)
+		}
+	}
+	for _, c := range []struct {
+		in   string
+		want int64
+		ok   bool
+	}{
+		{`{"run":{"version":9},"version":3}`, 3, true},
+		{` { "version" : 12 , "context" : {"version":1} } `, 12, true},
+		{`{"run":{}}`, 0, false},                 // none: decode decides
+		{`{"version":"3"}`, 0, false},            // not a number
+		{`{"version":3`, 0, false},               // cut off
+		{`{"version":1e3}`, 0, false},            // not an integer
+		{`[{"version":3}]`, 0, false},            // not an object
+		{`{"version":9223372036854775808}`, 0, false},
+	} {
+		got, ok := storedVersion([]byte(c.in))
+		if got != c.want || ok != c.ok {
+			t.Errorf("%s: %d %v, want %d %v", c.in, got, ok, c.want, c.ok)
+		}
+	}
+}
+
+// When storedVersion answers, decode reads the same version.
+func FuzzStoredVersion(f *testing.F) {
+	f.Add([]byte(`{"run":{"version":9},"version":3}`))
+	f.Add([]byte(`{"version":-1,"version":2}`))
+	f.Add([]byte(`{"version":0}`))
+	f.Fuzz(func(t *testing.T, v []byte) {
+		got, ok := storedVersion(v)
+		if !ok {
+			return
+		}
+		var b struct {
+			Version int64 `json:"version"`
+		}
+		if err := decode(v, &b); err != nil {
+			return // storedVersion only delimits what it skips
+		}
+		if b.Version != got {
+			t.Fatalf("%q: storedVersion %d, decode %d", v, got, b.Version)
+		}
+	})
+}

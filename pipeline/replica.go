@@ -3,9 +3,12 @@ package pipeline
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"unsafe"
 
 	"github.com/haltline/haltline/runstate"
 	"github.com/haltline/haltline/store"
+	"github.com/haltline/haltline/wire/jsonscan"
 )
 
 // RunLock serialises a run's transitions across replicas that share one
@@ -15,31 +18,72 @@ type RunLock interface {
 	Lock(ctx context.Context, runID string) (unlock func(), err error)
 }
 
+// RunLockReader is a RunLock that also reads the run's stored snapshot
+// (store.Runs, nil when there is none) in the round trip that takes the
+// lock — refresh, which follows every lock, then costs no round trip of
+// its own — and can let go of the lock in the commit of what was written
+// under it (release, an op of store.LockRelease), where unlock is a round
+// trip of its own (Redis: each was one of about twelve a call).
+type RunLockReader interface {
+	LockRead(ctx context.Context, runID string) (unlock func(), release store.Op, snapshot []byte, err error)
+}
+
 // shared reports that several replicas share runs through the store.
 func (p *Pipeline) shared() bool { return p.opts.RunLock != nil && p.opts.Store != nil }
 
-func (p *Pipeline) lockRun(ctx context.Context, runID string) (func(), error) {
+// prefetched is what a run's lock brought with it: the run's stored
+// snapshot, for refresh, and the op that lets go of the lock in a commit.
+type prefetched struct {
+	snapshot []byte
+	read     bool     // the lock read it (a nil snapshot: none stored)
+	release  store.Op // Bucket store.LockRelease, or zero
+}
+
+// lockRun takes the run's lock when replicas share the store, with the
+// run's stored snapshot when the lock can read it.
+func (p *Pipeline) lockRun(ctx context.Context, runID string) (func(), prefetched, error) {
 	if !p.shared() {
-		return func() {}, nil
+		return func() {}, prefetched{}, nil
 	}
-	return p.opts.RunLock.Lock(ctx, runID)
+	if lr, ok := p.opts.RunLock.(RunLockReader); ok {
+		unlock, release, v, err := lr.LockRead(ctx, runID)
+		return unlock, prefetched{snapshot: v, read: err == nil, release: release}, err
+	}
+	unlock, err := p.opts.RunLock.Lock(ctx, runID)
+	return unlock, prefetched{}, err
 }
 
 // refresh loads the run's latest persisted version when another replica
-// moved it since this one did. The caller holds r.Mu (and the run lock).
-func (p *Pipeline) refresh(r *runstate.Run) error {
+// moved it since this one did: from pre when its lock read it, else from
+// the store. The caller holds r.Mu (and the run lock).
+func (p *Pipeline) refresh(r *runstate.Run, pre prefetched) error {
 	if !p.shared() {
 		return nil
 	}
-	v, err := p.opts.Store.Get(store.Runs, []byte(r.ID))
-	if err != nil || v == nil {
-		return err
+	v := pre.snapshot
+	if !pre.read {
+		var err error
+		if v, err = p.opts.Store.Get(store.Runs, []byte(r.ID)); err != nil {
+			return err
+		}
+	}
+	if v == nil {
+		return nil
+	}
+	g := govOf(r)
+	if g != nil {
+		// The common case, a run moved by this replica last, decides on the
+		// version alone: decoding the whole snapshot twice a call was most
+		// of a call's allocations on Redis.
+		if ver, ok := storedVersion(v); ok && ver <= g.version {
+			return nil
+		}
 	}
 	var b runBlob
 	if err := decode(v, &b); err != nil {
 		return fmt.Errorf("run %s: %w", r.ID, err)
 	}
-	if g := govOf(r); g != nil && b.Version <= g.version {
+	if g != nil && b.Version <= g.version {
 		return nil
 	}
 	r.Load(b.Run, nil, p.now())
@@ -56,6 +100,29 @@ func (p *Pipeline) refresh(r *runstate.Run) error {
 	}
 	r.Ext = ng
 	return nil
+}
+
+// storedVersion reads the version of a stored run snapshot (runBlob)
+// without decoding the rest; ok is false when it cannot, and the caller
+// decodes it whole.
+func storedVersion(v []byte) (version int64, ok bool) {
+	s := unsafe.String(unsafe.SliceData(v), len(v))
+	found := false
+	end := jsonscan.Object(s, jsonscan.SkipWS(s, 0), false, func(key string, _, i int) int {
+		j := jsonscan.SkipValue(s, i)
+		if key == "version" && j > i {
+			n, err := strconv.ParseInt(s[i:j], 10, 64)
+			if err != nil {
+				return -1
+			}
+			version, found = n, true
+		}
+		return j
+	})
+	if !found || end < 0 {
+		return 0, false
+	}
+	return version, true
 }
 
 // governanceOf rebuilds a run's governance from its persisted form.
@@ -132,7 +199,7 @@ func (p *Pipeline) Record(id string) (runstate.Record, bool, error) {
 	}
 	r.Mu.Lock()
 	defer r.Mu.Unlock()
-	if err := p.refresh(r); err != nil {
+	if err := p.refresh(r, prefetched{}); err != nil {
 		return runstate.Record{}, false, err
 	}
 	return r.Snapshot(p.now()), true, nil

@@ -149,14 +149,14 @@ func (p *Pipeline) BeginTool(ctx context.Context, call *ToolCall) *ToolTurn {
 		return tt
 	}
 	tt.run = r
-	unlock, err := p.lockRun(ctx, r.ID)
+	unlock, pre, err := p.lockRun(ctx, r.ID)
 	if err != nil {
 		tt.Answer = unavailableTool("run lock unavailable, retry later")
 		return tt
 	}
 	defer unlock()
 	r.Mu.Lock()
-	if err := p.refresh(r); err != nil {
+	if err := p.refresh(r, pre); err != nil {
 		r.Mu.Unlock()
 		tt.Answer = unavailableTool("run store unavailable, retry later")
 		return tt
@@ -349,7 +349,7 @@ func (p *Pipeline) FinishTool(ctx context.Context, tt *ToolTurn, out ToolOutcome
 	}
 	r := tt.run
 	ctx = context.WithoutCancel(ctx)
-	unlock, lockErr := p.lockRun(ctx, r.ID)
+	unlock, _, lockErr := p.lockRun(ctx, r.ID)
 	if lockErr != nil {
 		unlock = func() {}
 	}

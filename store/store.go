@@ -24,6 +24,14 @@ const (
 	Owned        Bucket = "owned"        // run id \x00 version (8 bytes, big endian) → keys of other buckets the run wrote (pipeline/retain.go)
 )
 
+// LockRelease is not a bucket of records: an op in it lets go of a lock
+// that replicas sharing the store take on a run (Key: the lock, Value: its
+// holder's token), in the commit that carries what was written under the
+// lock, after those writes. Only a store that hands out such locks takes it
+// (redisstore's LockRead); the embedded store refuses it as it refuses any
+// unknown bucket.
+const LockRelease Bucket = "lock-release"
+
 // AllBuckets lists every bucket. The log numbers buckets by their place
 // here: a new one goes at the end.
 var AllBuckets = []Bucket{Runs, Events, Lineage, Ledgers, Reservations, Idempotency, Approvals, Blobs, Recordings, Unfinished, Ended, Owned}

@@ -3,7 +3,9 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	"github.com/haltline/haltline/policy"
 	"github.com/haltline/haltline/store"
 	"github.com/haltline/haltline/wire/openai"
+	"github.com/redis/go-redis/v9"
 )
 
 const benchResponse = `{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":"Done."},"finish_reason":"stop"}],"usage":{"prompt_tokens":1000,"completion_tokens":20,"total_tokens":1020}}`
@@ -108,6 +111,117 @@ func BenchmarkRestoreFromRedis(b *testing.B) {
 	for range b.N {
 		if n, err := pipeline.New(opts).Restore(ctx); n != runs || err != nil {
 			b.Fatalf("restart: %d runs, %v", n, err)
+		}
+	}
+}
+
+// roundTrips counts what a client sends to Redis: one a command, one a
+// pipeline or MULTI/EXEC (each is one round trip), leaving out a new
+// connection's handshake (HELLO, then CLIENT SETINFO pipelined).
+type roundTrips struct{ n atomic.Int64 }
+
+func (c *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() != "hello" {
+			c.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (c *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if len(cmds) == 0 || cmds[0].Name() != "client" {
+			c.n.Add(1)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// BenchmarkRedisAgentLoop is the harness's workload on one replica over
+// Redis (shared book, store and run locks), one call at a time: runs of
+// four steps, three answered with a tool call and the last with text. A
+// call's time is mostly its round trips to Redis, each waited for in turn;
+// rtt/call counts them (a command, a pipeline or a MULTI/EXEC each).
+func BenchmarkRedisAgentLoop(b *testing.B) {
+	book, st, err := Open(redisURL, fmt.Sprintf("bench%d:", time.Now().UnixNano()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer book.Close()
+	defer st.Close()
+	var rt roundTrips
+	book.rdb.AddHook(&rt)
+	pol, err := policy.New(context.Background(), policy.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := pipeline.New(pipeline.Options{Policy: pol, Book: book, Store: st, RunLock: st})
+	body := benchBody()
+	// Each step reads another page: the same call thrice would be a loop.
+	var answers [4][]byte
+	for k := range 3 {
+		answers[k] = []byte(strings.Replace(benchResponse, `"content":"Done."},"finish_reason":"stop"`,
+			fmt.Sprintf(`"content":null,"tool_calls":[{"id":"call_%d","type":"function","function":{"name":"read","arguments":"{\\"page\\":%d}"}}]},"finish_reason":"tool_calls"`, k, k), 1))
+	}
+	answers[3] = []byte(benchResponse)
+	ctx := context.Background()
+	prefix := fmt.Sprintf("r%d-", time.Now().UnixNano())
+	b.ReportAllocs()
+	i := 0
+	rt.n.Store(0)
+	for b.Loop() {
+		resp := answers[i%4]
+		t := p.Begin(ctx, &pipeline.Call{Body: body, RunID: prefix + strconv.Itoa(i/4)}, openai.Chat{})
+		if t.Answer != nil {
+			b.Fatalf("refused: %s", t.Answer.Body)
+		}
+		p.Finish(ctx, t, pipeline.Outcome{Status: 200, Body: resp})
+		p.Headers(t, func(string, string) {})
+		i++
+	}
+	b.ReportMetric(float64(rt.n.Load())/float64(i), "rtt/call")
+}
+
+// A governed call on Redis waits for each of its round trips in turn, so
+// their number is its latency: a run's first call takes at most 10 (the
+// run looked up, its ledger made, then as every call: Begin's lock with
+// the run's snapshot, the ledger's state, the reservation, the commit that
+// lets go of the lock; Finish's lock, settlement and commit; the budget
+// header's read), the next ones 8. There were 14 and 12 when a lock, its
+// read and its release were round trips of their own.
+func TestRedisCallRoundTrips(t *testing.T) {
+	t.Parallel()
+	prefix := testPrefix(t)
+	book, st, err := Open(redisURL, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { book.Close(); st.Close(); dropPrefix(prefix) })
+	var rt roundTrips
+	book.rdb.AddHook(&rt)
+	pol, err := policy.New(context.Background(), policy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := pipeline.New(pipeline.Options{Policy: pol, Book: book, Store: st, RunLock: st})
+	ctx := context.Background()
+	resp := strings.Replace(benchResponse, `"content":"Done."},"finish_reason":"stop"`,
+		`"content":null,"tool_calls":[{"id":"call_%d","type":"function","function":{"name":"read","arguments":"{\"page\":%d}"}}]},"finish_reason":"tool_calls"`, 1)
+	for step := range 4 {
+		rt.n.Store(0)
+		tn := p.Begin(ctx, &pipeline.Call{Body: benchBody(), RunID: "r-trips"}, openai.Chat{})
+		if tn.Answer != nil {
+			t.Fatalf("refused: %s", tn.Answer.Body)
+		}
+		p.Finish(ctx, tn, pipeline.Outcome{Status: 200, Body: fmt.Appendf(nil, resp, step, step)})
+		p.Headers(tn, func(string, string) {})
+		want := int64(8)
+		if step == 0 {
+			want = 10
+		}
+		if n := rt.n.Load(); n > want {
+			t.Errorf("step %d: %d round trips, want at most %d", step+1, n, want)
 		}
 	}
 }

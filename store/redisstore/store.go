@@ -50,11 +50,12 @@ func (s *Store) valsKey(b store.Bucket) string { return s.prefix + "store:" + st
 // known mirrors Bolt, which has exactly the buckets of store.AllBuckets.
 func known(b store.Bucket) bool { return slices.Contains(store.AllBuckets, b) }
 
-// commit applies the batches as one MULTI/EXEC.
+// commit applies the batches as one MULTI/EXEC. A store.LockRelease op
+// lets go of a run's lock (see LockRead) in its place among the writes.
 func (s *Store) commit(batches [][]store.Op) error {
 	for _, ops := range batches {
 		for _, op := range ops {
-			if !known(op.Bucket) {
+			if !known(op.Bucket) && op.Bucket != store.LockRelease {
 				return fmt.Errorf("store: no bucket %q", op.Bucket)
 			}
 		}
@@ -68,6 +69,12 @@ func (s *Store) commit(batches [][]store.Op) error {
 	_, err := s.rdb.TxPipelined(ctx, func(tx redis.Pipeliner) error {
 		for _, ops := range batches {
 			for _, op := range ops {
+				if op.Bucket == store.LockRelease {
+					// EVAL, not EVALSHA: in a transaction a script missing
+					// from the server's cache cannot be sent again.
+					tx.Eval(ctx, unlockSrc, []string{string(op.Key)}, string(op.Value))
+					continue
+				}
 				kk, vk := s.keysKey(op.Bucket), s.valsKey(op.Bucket)
 				if op.Value == nil {
 					tx.HDel(ctx, vk, string(op.Key))
