@@ -269,11 +269,11 @@ func TestStoredVersion(t *testing.T) {
 	}{
 		{`{"run":{"version":9},"version":3}`, 3, true},
 		{` { "version" : 12 , "context" : {"version":1} } `, 12, true},
-		{`{"run":{}}`, 0, false},                 // none: decode decides
-		{`{"version":"3"}`, 0, false},            // not a number
-		{`{"version":3`, 0, false},               // cut off
-		{`{"version":1e3}`, 0, false},            // not an integer
-		{`[{"version":3}]`, 0, false},            // not an object
+		{`{"run":{}}`, 0, false},      // none: decode decides
+		{`{"version":"3"}`, 0, false}, // not a number
+		{`{"version":3`, 0, false},    // cut off
+		{`{"version":1e3}`, 0, false}, // not an integer
+		{`[{"version":3}]`, 0, false}, // not an object
 		{`{"version":9223372036854775808}`, 0, false},
 	} {
 		got, ok := storedVersion([]byte(c.in))
