@@ -123,6 +123,10 @@ type Turn struct {
 	trace        any
 	// rec is the call as recorded (record.go), nil unless the run is recorded.
 	rec *CallRecord
+	// headroom is what the settlement left on the run's ledgers, when the
+	// book read it with the settlement (headroomSettler), for Headers.
+	headroom     accounting.Vector
+	headroomRead bool
 }
 
 // Feed passes a piece of the upstream stream through the usage tap and

@@ -145,6 +145,15 @@ func (p *Pipeline) finishLocked(ctx context.Context, t *Turn, out Outcome, now t
 	return nil
 }
 
+// headroomSettler is a book that reads the headroom left on the ledgers in
+// the round trip of a settlement (redisstore.Book): the call's budget
+// header (Headers) then costs no round trip of its own. err is the
+// settlement's; read is false when only the headroom could not be read.
+type headroomSettler interface {
+	SettleHeadroom(ctx context.Context, h *accounting.Hold, actual accounting.Vector, now time.Time,
+		keys []string, useFinalReserve bool) (head accounting.Vector, read bool, err error)
+}
+
 // settle books the actual usage. Without usage (a stream cut before its
 // usage arrived) the reservation's worst case is booked: the provider bills
 // what it generated, and a budget must never be under-counted.
@@ -162,7 +171,13 @@ func (p *Pipeline) settle(ctx context.Context, t *Turn, g *governance, resp *wir
 	}
 	actual := accounting.Vector{Steps: 1, Tokens: u.InputTokens + u.OutputTokens, InputTokens: u.InputTokens,
 		OutputTokens: u.OutputTokens, ToolCalls: int64(len(resp.ToolCalls)), Cost: cost}
-	if err := p.book.Settle(ctx, t.res, actual, now); err != nil {
+	var err error
+	if hs, ok := p.book.(headroomSettler); ok {
+		t.headroom, t.headroomRead, err = hs.SettleHeadroom(ctx, t.res, actual, now, g.ledgers, true)
+	} else {
+		err = p.book.Settle(ctx, t.res, actual, now)
+	}
+	if err != nil {
 		// The money was spent: keep trying until the book is back.
 		p.log.Error("settlement deferred: ledger book unavailable", "run_id", r.ID, "err", err)
 		p.deferSettle(t.res, actual, now)

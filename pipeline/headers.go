@@ -36,7 +36,13 @@ func (p *Pipeline) Headers(t *Turn, set func(name, value string)) {
 	}
 	set(HeaderRunStep, strconv.FormatInt(step, 10))
 	if g := govOf(r); g != nil {
-		if h, err := p.book.Headroom(context.Background(), g.ledgers, true, p.now()); err == nil {
+		h, ok := t.headroom, t.headroomRead
+		if !ok {
+			var err error
+			h, err = p.book.Headroom(context.Background(), g.ledgers, true, p.now())
+			ok = err == nil
+		}
+		if ok {
 			set(HeaderBudgetRemaining, remaining(g, h, r.Remaining(p.now())))
 		}
 	}

@@ -332,9 +332,17 @@ func (b *Book) read(ctx context.Context, keys []string, now time.Time) ([]*ledge
 	if err != nil {
 		return nil, err
 	}
+	return views(keys, cmds, now)
+}
+
+// views reads the ledgers' HMGET replies (see read).
+func views(keys []string, cmds []*redis.SliceCmd, now time.Time) ([]*ledgerView, error) {
 	out := make([]*ledgerView, len(keys))
 	for i, c := range cmds {
-		vals := c.Val()
+		vals, err := c.Result()
+		if err != nil {
+			return nil, err
+		}
 		if len(vals) != len(ledgerFields) || vals[0] == nil {
 			continue
 		}
@@ -377,14 +385,63 @@ func (b *Book) Snapshot(ctx context.Context, key string, now time.Time) (limit, 
 // reserved, never below 0, math.MaxInt64 where unlimited. Advisory, like
 // MemBook's: Reserve is what enforces.
 func (b *Book) Headroom(ctx context.Context, keys []string, useFinalReserve bool, now time.Time) (accounting.Vector, error) {
-	h := [6]int64{math.MaxInt64, math.MaxInt64, math.MaxInt64, math.MaxInt64, math.MaxInt64, math.MaxInt64}
 	if len(keys) == 0 {
-		return vector(h), nil
+		return headroom(nil, useFinalReserve), nil
 	}
 	ls, err := b.read(ctx, keys, now)
 	if err != nil {
 		return accounting.Vector{}, fmt.Errorf("redis book: headroom: %w", err)
 	}
+	return headroom(ls, useFinalReserve), nil
+}
+
+// SettleHeadroom settles h as Settle does and reads the headroom then left
+// on keys, as Headroom does, in the same round trip: the settlement's
+// script and the ledgers' reads go out pipelined, and Redis runs them in
+// order (the reads are not a transaction of their own: another replica's
+// write may fall between two of them, as it may between a Settle and a
+// Headroom). A call's budget header then costs no round trip after its
+// settlement. err is the settlement's; read is false when only the
+// headroom could not be read.
+func (b *Book) SettleHeadroom(ctx context.Context, h *accounting.Hold, actual accounting.Vector, now time.Time, keys []string, useFinalReserve bool) (head accounting.Vector, read bool, err error) {
+	if h == nil || h.ID == "" {
+		head, err := b.Headroom(ctx, keys, useFinalReserve, now)
+		return head, err == nil, nil
+	}
+	var abuf [8]any
+	args := append(abuf[:0], micros(now), h.ID)
+	args = appendDims(args, actual, true)
+	var settled *redis.Cmd
+	cmds := make([]*redis.SliceCmd, len(keys))
+	_, _ = b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		settled = settleScript.EvalSha(ctx, p, []string{b.holds, b.holdPrefix() + h.ID}, args...)
+		for i, k := range keys {
+			cmds[i] = p.HMGet(ctx, b.ledgerKey(k), ledgerFields...)
+		}
+		return nil
+	})
+	if err := settled.Err(); err != nil {
+		if !redis.HasErrorPrefix(err, "NOSCRIPT") {
+			return head, false, fmt.Errorf("redis book: settle: %w", err)
+		}
+		// The server lost its scripts: nothing was settled. Settle loads
+		// the script again; the reads follow it.
+		if err := b.Settle(ctx, h, actual, now); err != nil {
+			return head, false, err
+		}
+		head, err := b.Headroom(ctx, keys, useFinalReserve, now)
+		return head, err == nil, nil
+	}
+	ls, err := views(keys, cmds, now)
+	if err != nil {
+		return head, false, nil
+	}
+	return headroom(ls, useFinalReserve), true, nil
+}
+
+// headroom is Headroom's answer from the ledgers' views (nil: a missing ledger).
+func headroom(ls []*ledgerView, useFinalReserve bool) accounting.Vector {
+	h := [6]int64{math.MaxInt64, math.MaxInt64, math.MaxInt64, math.MaxInt64, math.MaxInt64, math.MaxInt64}
 	for _, l := range ls {
 		if l == nil {
 			continue
@@ -401,7 +458,7 @@ func (b *Book) Headroom(ctx context.Context, keys []string, useFinalReserve bool
 			h[d] = min(h[d], max(left, 0))
 		}
 	}
-	return vector(h), nil
+	return vector(h)
 }
 
 // addSat returns a+b saturated to the int64 range, as accounting does.

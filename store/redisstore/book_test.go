@@ -805,3 +805,48 @@ func TestForget(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// SettleHeadroom books what Settle books, once, and answers what Headroom
+// reads after it — also when the server lost its scripts, where the
+// pipelined EVALSHA fails and nothing may be settled twice. Not parallel:
+// the flush of the server's scripts would cost the tests running beside it
+// round trips (TestRedisCallRoundTrips counts them).
+func TestSettleHeadroomIsSettleThenHeadroom(t *testing.T) {
+	a, b, _ := openPair(t)
+	run := accounting.LedgerSpec{Key: "run", Limit: accounting.Vector{Steps: 10, Cost: 1000}, FinalReserve: accounting.Vector{Cost: 100}}
+	team := accounting.LedgerSpec{Key: "team", Limit: accounting.Vector{Tokens: 5000}}
+	ensure(t, a, run, team)
+	keys := []string{"run", "team", "missing"}
+	actual := accounting.Vector{Steps: 1, Tokens: 700, Cost: 250}
+	for _, flush := range []bool{false, true} {
+		h := mustReserve(t, a, keys[:2], accounting.Vector{Steps: 1, Tokens: 1000, Cost: 400}, false, time.Minute, t0)
+		if flush {
+			if err := a.rdb.ScriptFlush(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, read, err := a.SettleHeadroom(ctx, h, actual, t0, keys, true)
+		if err != nil || !read {
+			t.Fatalf("flush=%v: %v, read %v", flush, err, read)
+		}
+		want, err := b.Headroom(ctx, keys, true, t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != want {
+			t.Errorf("flush=%v: headroom %+v, Headroom reads %+v", flush, got, want)
+		}
+		// Settled once: a second settlement of the hold books nothing.
+		if err := b.Settle(ctx, h, actual, t0); err != nil {
+			t.Fatal(err)
+		}
+		again, _ := b.Headroom(ctx, keys, true, t0)
+		if again != want {
+			t.Errorf("flush=%v: a second settlement changed the headroom: %+v, then %+v", flush, want, again)
+		}
+	}
+	_, spent, reserved := snapshot(t, b, "run", t0)
+	if spent.Cost != 500 || spent.Steps != 2 || reserved != (accounting.Vector{}) {
+		t.Errorf("run ledger spent %+v reserved %+v, want two settlements of %+v", spent, reserved, actual)
+	}
+}
