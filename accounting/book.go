@@ -26,6 +26,11 @@ type Hold struct {
 	res     *Reservation // MemBook only
 }
 
+// LedgerSnapshot is a ledger's state as Book.Snapshot returns it.
+type LedgerSnapshot struct {
+	Limit, Spent, Reserved Vector
+}
+
 // Book is where ledgers live: in this process (MemBook) or shared by
 // several replicas (a Redis book). Every method is safe for concurrent use;
 // an error means the book could not be reached, and a caller that draws on

@@ -37,7 +37,7 @@ func (p *Pipeline) Begin(ctx context.Context, call *Call, codec wire.Codec) *Tur
 		return t
 	}
 	t.run = r
-	unlock, pre, err := p.lockRun(ctx, r.ID)
+	unlock, pre, err := p.lockRun(ctx, r.ID, true)
 	if err != nil {
 		p.unavailable(t, err)
 		return t
@@ -54,6 +54,7 @@ func (p *Pipeline) Begin(ctx context.Context, call *Call, codec wire.Codec) *Tur
 		p.unavailable(t, err)
 		return t
 	}
+	t.ledgerAtLock = pre.ledger
 	p.beginLocked(ctx, t, r, created)
 	p.recordBegin(t, r)
 	// A forwarded call's writes nobody waits for: a call's reservation goes
@@ -156,7 +157,7 @@ func (p *Pipeline) admit(ctx context.Context, t *Turn, g *governance, now time.T
 			return true
 		}
 	}
-	_, spent, reserved, err := p.book.Snapshot(ctx, g.ledger, now)
+	spent, reserved, err := p.runLedger(ctx, t, g, now)
 	if err != nil {
 		return p.unavailable(t, err)
 	}
@@ -332,6 +333,17 @@ func (p *Pipeline) reserve(ctx context.Context, t *Turn, g *governance, maxOut i
 	return false
 }
 
+// runLedger is the run's own ledger's spent and reserved amounts before
+// this call reserves: as the run's lock read them (RunLockReader), or from
+// the book.
+func (p *Pipeline) runLedger(ctx context.Context, t *Turn, g *governance, now time.Time) (spent, reserved accounting.Vector, err error) {
+	if l := t.ledgerAtLock; l != nil && g.ledger == runLedgerPrefix+t.run.ID {
+		return l.Spent, l.Reserved, nil
+	}
+	_, spent, reserved, err = p.book.Snapshot(ctx, g.ledger, now)
+	return spent, reserved, err
+}
+
 // softLine returns the line whose soft wrap-up fraction is reached on any
 // ledger, or "".
 func (p *Pipeline) softLine(ctx context.Context, g *governance, frac float64, now time.Time) (string, error) {
@@ -417,7 +429,7 @@ func (p *Pipeline) shadowBudgets(ctx context.Context, t *Turn, g *governance, wa
 	if !tokShadow && !costShadow {
 		return nil
 	}
-	_, spent, reserved, err := p.book.Snapshot(ctx, g.ledger, now)
+	spent, reserved, err := p.runLedger(ctx, t, g, now)
 	if err != nil {
 		return err
 	}

@@ -127,6 +127,9 @@ type Turn struct {
 	// book read it with the settlement (headroomSettler), for Headers.
 	headroom     accounting.Vector
 	headroomRead bool
+	// ledgerAtLock is the run's own ledger as Begin's run lock read it
+	// (RunLockReader), for admission; nil otherwise.
+	ledgerAtLock *accounting.LedgerSnapshot
 }
 
 // Feed passes a piece of the upstream stream through the usage tap and

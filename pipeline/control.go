@@ -95,7 +95,7 @@ func (p *Pipeline) controlRun(id string) (*runstate.Run, func(), error) {
 		return nil, nil, ErrNoRun
 	}
 	ctx := context.Background()
-	unlockRun, pre, err := p.lockRun(ctx, id)
+	unlockRun, pre, err := p.lockRun(ctx, id, false)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -35,7 +35,7 @@ func (p *Pipeline) Finish(ctx context.Context, t *Turn, out Outcome) *Answer {
 	}
 	r := t.run
 	ctx = context.WithoutCancel(ctx)
-	unlock, pre, lockErr := p.lockRun(ctx, r.ID)
+	unlock, pre, lockErr := p.lockRun(ctx, r.ID, false)
 	if lockErr != nil {
 		// Settle anyway: the book is the source of truth for money; the
 		// run's record catches up at its next call.

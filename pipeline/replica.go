@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"time"
 	"unsafe"
 
+	"github.com/haltline/haltline/accounting"
 	"github.com/haltline/haltline/runstate"
 	"github.com/haltline/haltline/store"
 	"github.com/haltline/haltline/wire/jsonscan"
@@ -18,36 +20,45 @@ type RunLock interface {
 	Lock(ctx context.Context, runID string) (unlock func(), err error)
 }
 
-// RunLockReader is a RunLock that also reads the run's stored snapshot
-// (store.Runs, nil when there is none) in the round trip that takes the
-// lock — refresh, which follows every lock, then costs no round trip of
-// its own — and can let go of the lock in the commit of what was written
-// under it (release, an op of store.LockRelease), where unlock is a round
-// trip of its own (Redis: each was one of about twelve a call).
+// RunLockReader is a RunLock that also reads, in the round trip that
+// takes the lock, the run's stored snapshot (store.Runs, nil when there is
+// none) — refresh, which follows every lock, then costs no round trip of
+// its own — and the state of the ledger named (nil when it does not
+// exist), which admission reads next; and that can let go of the lock in
+// the commit of what was written under it (release, an op of
+// store.LockRelease), where unlock is a round trip of its own (Redis: each
+// of these was one of about twelve a call).
 type RunLockReader interface {
-	LockRead(ctx context.Context, runID string) (unlock func(), release store.Op, snapshot []byte, err error)
+	LockRead(ctx context.Context, runID, ledger string, now time.Time) (unlock func(), release store.Op, snapshot []byte, state *accounting.LedgerSnapshot, err error)
 }
 
 // shared reports that several replicas share runs through the store.
 func (p *Pipeline) shared() bool { return p.opts.RunLock != nil && p.opts.Store != nil }
 
 // prefetched is what a run's lock brought with it: the run's stored
-// snapshot, for refresh, and the op that lets go of the lock in a commit.
+// snapshot, for refresh, the state of the run's own ledger, for admission,
+// and the op that lets go of the lock in a commit.
 type prefetched struct {
 	snapshot []byte
-	read     bool     // the lock read it (a nil snapshot: none stored)
-	release  store.Op // Bucket store.LockRelease, or zero
+	read     bool                       // the lock read it (a nil snapshot: none stored)
+	ledger   *accounting.LedgerSnapshot // the run's ledger (runLedgerPrefix), when it exists
+	release  store.Op                   // Bucket store.LockRelease, or zero
 }
 
 // lockRun takes the run's lock when replicas share the store, with the
-// run's stored snapshot when the lock can read it.
-func (p *Pipeline) lockRun(ctx context.Context, runID string) (func(), prefetched, error) {
+// run's stored snapshot when the lock can read it, and the run's own
+// ledger's state too when admission will read it (ledger).
+func (p *Pipeline) lockRun(ctx context.Context, runID string, ledger bool) (func(), prefetched, error) {
 	if !p.shared() {
 		return func() {}, prefetched{}, nil
 	}
 	if lr, ok := p.opts.RunLock.(RunLockReader); ok {
-		unlock, release, v, err := lr.LockRead(ctx, runID)
-		return unlock, prefetched{snapshot: v, read: err == nil, release: release}, err
+		key := ""
+		if ledger {
+			key = runLedgerPrefix + runID
+		}
+		unlock, release, v, state, err := lr.LockRead(ctx, runID, key, p.now())
+		return unlock, prefetched{snapshot: v, read: err == nil, ledger: state, release: release}, err
 	}
 	unlock, err := p.opts.RunLock.Lock(ctx, runID)
 	return unlock, prefetched{}, err

@@ -149,7 +149,7 @@ func (p *Pipeline) BeginTool(ctx context.Context, call *ToolCall) *ToolTurn {
 		return tt
 	}
 	tt.run = r
-	unlock, pre, err := p.lockRun(ctx, r.ID)
+	unlock, pre, err := p.lockRun(ctx, r.ID, false)
 	if err != nil {
 		tt.Answer = unavailableTool("run lock unavailable, retry later")
 		return tt
@@ -349,7 +349,7 @@ func (p *Pipeline) FinishTool(ctx context.Context, tt *ToolTurn, out ToolOutcome
 	}
 	r := tt.run
 	ctx = context.WithoutCancel(ctx)
-	unlock, _, lockErr := p.lockRun(ctx, r.ID)
+	unlock, _, lockErr := p.lockRun(ctx, r.ID, false)
 	if lockErr != nil {
 		unlock = func() {}
 	}

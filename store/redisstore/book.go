@@ -48,7 +48,11 @@ func NewBook(rdb redis.UniversalClient, prefix string) *Book {
 	return &Book{rdb: rdb, prefix: prefix, holds: prefix + "holds"}
 }
 
-func (b *Book) ledgerKey(key string) string { return b.prefix + "ledger:" + key }
+func (b *Book) ledgerKey(key string) string { return ledgerKey(b.prefix, key) }
+
+// ledgerKey is the hash of a ledger under prefix (the Store reads ledgers
+// too, see Store.LockRead).
+func ledgerKey(prefix, key string) string { return prefix + "ledger:" + key }
 func (b *Book) holdPrefix() string          { return b.prefix + "hold:" }
 
 // Close releases the client if Open made it and the Store is closed too.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/haltline/haltline/accounting"
 	"github.com/haltline/haltline/store"
 	"github.com/redis/go-redis/v9"
 )
@@ -37,24 +38,26 @@ var unlockScript = redis.NewScript(unlockSrc)
 // Lock takes the cross-replica lock of a run, waiting (bounded) while
 // another replica holds it.
 func (s *Store) Lock(ctx context.Context, runID string) (func(), error) {
-	unlock, _, _, err := s.lock(ctx, runID, false)
+	unlock, _, _, _, err := s.lock(ctx, runID, "", time.Time{}, false)
 	return unlock, err
 }
 
-// LockRead takes the run's lock as Lock does and reads the run's stored
-// snapshot (store.Runs; nil when there is none) in the same round trip: the
-// pipeline reads it first under every lock it takes, to catch up with
-// other replicas, and a round trip of its own was a sixth of a call's.
-// Redis runs a pipeline's commands in order, so the read sees every write
+// LockRead takes the run's lock as Lock does and reads, in the same round
+// trip, the run's stored snapshot (store.Runs; nil when there is none) and,
+// when ledger is set, that ledger's state as Book.Snapshot reads it at now
+// (nil when the ledger does not exist): the pipeline reads both first
+// under the lock — the snapshot to catch up with other replicas, the run's
+// own ledger to count its steps — and each was a round trip of its own.
+// Redis runs a pipeline's commands in order, so the reads see every write
 // made before the lock was taken. release, an op of store.LockRelease,
 // lets go of the lock in the commit that carries it, after that commit's
 // writes: a round trip fewer than unlock, which stays for every other way
 // out.
-func (s *Store) LockRead(ctx context.Context, runID string) (unlock func(), release store.Op, snapshot []byte, err error) {
-	return s.lock(ctx, runID, true)
+func (s *Store) LockRead(ctx context.Context, runID, ledger string, now time.Time) (unlock func(), release store.Op, snapshot []byte, state *accounting.LedgerSnapshot, err error) {
+	return s.lock(ctx, runID, ledger, now, true)
 }
 
-func (s *Store) lock(ctx context.Context, runID string, read bool) (func(), store.Op, []byte, error) {
+func (s *Store) lock(ctx context.Context, runID, ledger string, now time.Time, read bool) (func(), store.Op, []byte, *accounting.LedgerSnapshot, error) {
 	var b [12]byte
 	_, _ = rand.Read(b[:])
 	token := hex.EncodeToString(b[:])
@@ -62,17 +65,22 @@ func (s *Store) lock(ctx context.Context, runID string, read bool) (func(), stor
 	deadline := time.Now().Add(lockWait)
 	wait := time.Millisecond
 	var snapshot []byte
+	var state *accounting.LedgerSnapshot
 	for {
 		// SET NX GET: when a retried SET (after a lost reply) finds our own
 		// token, the lock is ours.
 		var set *redis.StatusCmd
 		var get *redis.StringCmd
+		var led *redis.SliceCmd
 		if read {
-			// Each command's own error tells: a network error fails both,
+			// Each command's own error tells: a network error fails all,
 			// and a lock found free answers Nil.
 			_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 				set = p.SetArgs(ctx, key, token, redis.SetArgs{Mode: "NX", Get: true, TTL: LockTTL})
 				get = p.HGet(ctx, s.valsKey(store.Runs), runID)
+				if ledger != "" {
+					led = p.HMGet(ctx, ledgerKey(s.prefix, ledger), ledgerFields...)
+				}
 				return nil
 			})
 		} else {
@@ -81,34 +89,53 @@ func (s *Store) lock(ctx context.Context, runID string, read bool) (func(), stor
 		prev, serr := set.Result()
 		if errors.Is(serr, redis.Nil) || (serr == nil && prev == token) {
 			if read {
-				v, gerr := get.Bytes()
-				switch {
-				case errors.Is(gerr, redis.Nil):
-				case gerr != nil:
-					// The lock is ours but the read failed: let it go.
+				var err error
+				if snapshot, state, err = lockReads(runID, ledger, get, led, now); err != nil {
+					// The lock is ours but a read failed: let it go.
 					s.unlock(ctx, key, token)
-					return nil, store.Op{}, nil, fmt.Errorf("redis store: get %s: %w", store.Runs, gerr)
-				default:
-					snapshot = v
+					return nil, store.Op{}, nil, nil, err
 				}
 			}
 			break
 		}
 		if serr != nil {
-			return nil, store.Op{}, nil, serr
+			return nil, store.Op{}, nil, nil, serr
 		}
 		if time.Now().After(deadline) {
-			return nil, store.Op{}, nil, ErrLockTimeout
+			return nil, store.Op{}, nil, nil, ErrLockTimeout
 		}
 		select {
 		case <-ctx.Done():
-			return nil, store.Op{}, nil, ctx.Err()
+			return nil, store.Op{}, nil, nil, ctx.Err()
 		case <-time.After(wait):
 		}
 		wait = min(wait*2, 20*time.Millisecond)
 	}
 	release := store.Op{Bucket: store.LockRelease, Key: []byte(key), Value: []byte(token)}
-	return func() { s.unlock(ctx, key, token) }, release, snapshot, nil
+	return func() { s.unlock(ctx, key, token) }, release, snapshot, state, nil
+}
+
+// lockReads is what LockRead's reads found.
+func lockReads(runID, ledger string, get *redis.StringCmd, led *redis.SliceCmd, now time.Time) ([]byte, *accounting.LedgerSnapshot, error) {
+	snapshot, err := get.Bytes()
+	switch {
+	case errors.Is(err, redis.Nil):
+		snapshot = nil
+	case err != nil:
+		return nil, nil, fmt.Errorf("redis store: get %s %s: %w", store.Runs, runID, err)
+	}
+	if led == nil {
+		return snapshot, nil, nil
+	}
+	ls, err := views([]string{ledger}, []*redis.SliceCmd{led}, now)
+	if err != nil {
+		return nil, nil, fmt.Errorf("redis store: ledger %s: %w", ledger, err)
+	}
+	if ls[0] == nil {
+		return snapshot, nil, nil
+	}
+	l := ls[0]
+	return snapshot, &accounting.LedgerSnapshot{Limit: vector(l.limit), Spent: vector(l.spent), Reserved: vector(l.reserved)}, nil
 }
 
 func (s *Store) unlock(ctx context.Context, key, token string) {

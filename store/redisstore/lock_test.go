@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/haltline/haltline/accounting"
 	"github.com/haltline/haltline/store"
 )
 
@@ -58,14 +59,14 @@ func TestLockReadReleasedByCommit(t *testing.T) {
 	a, b := rs[0], rs[1]
 	ctx := context.Background()
 
-	unlock, release, snap, err := a.LockRead(ctx, "r-none")
+	unlock, release, snap, _, err := a.LockRead(ctx, "r-none", "", time.Time{})
 	if err != nil || snap != nil {
 		t.Fatalf("a run never stored: snapshot %q, %v", snap, err)
 	}
 	unlock()
 
 	commit(t, a, store.Op{Bucket: store.Runs, Key: []byte("r1"), Value: []byte("v1")})
-	unlock, release, snap, err = a.LockRead(ctx, "r1")
+	unlock, release, snap, _, err = a.LockRead(ctx, "r1", "", time.Time{})
 	if err != nil || string(snap) != "v1" {
 		t.Fatalf("snapshot %q, %v", snap, err)
 	}
@@ -80,7 +81,7 @@ func TestLockReadReleasedByCommit(t *testing.T) {
 		t.Fatal("the commit did not let go of the lock")
 	}
 	unlock() // a late unlock of a released lock is harmless
-	_, _, snap, err = b.LockRead(ctx, "r1")
+	_, _, snap, _, err = b.LockRead(ctx, "r1", "", time.Time{})
 	if err != nil || string(snap) != "v2" {
 		t.Fatalf("after the commit: snapshot %q, %v", snap, err)
 	}
@@ -93,7 +94,7 @@ func TestStaleReleaseKeepsNewHoldersLock(t *testing.T) {
 	rs := openReplicas(t, 3)
 	a, b, c := rs[0], rs[1], rs[2]
 	ctx := context.Background()
-	_, release, _, err := a.LockRead(ctx, "r1")
+	_, release, _, _, err := a.LockRead(ctx, "r1", "", time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,5 +113,40 @@ func TestStaleReleaseKeepsNewHoldersLock(t *testing.T) {
 	unlockB()
 	if held(t, c, "r1") {
 		t.Fatal("the holder's unlock did not let go")
+	}
+}
+
+// LockRead reads the ledger named as Snapshot does, under the lock: nil
+// when it does not exist.
+func TestLockReadReadsTheLedger(t *testing.T) {
+	t.Parallel()
+	prefix := testPrefix(t)
+	book, st, err := Open(redisURL, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { book.Close(); st.Close(); dropPrefix(prefix) })
+	ctx := context.Background()
+	unlock, _, _, state, err := st.LockRead(ctx, "r1", "run:r1", t0)
+	if err != nil || state != nil {
+		t.Fatalf("a ledger never made: %+v, %v", state, err)
+	}
+	unlock()
+	spec := accounting.LedgerSpec{Key: "run:r1", Limit: accounting.Vector{Steps: 10, Cost: 1000}}
+	ensure(t, book, spec)
+	mustReserve(t, book, []string{"run:r1"}, accounting.Vector{Steps: 1, Cost: 300}, false, time.Minute, t0)
+	h := mustReserve(t, book, []string{"run:r1"}, accounting.Vector{Steps: 1, Cost: 200}, false, time.Minute, t0)
+	if err := book.Settle(ctx, h, accounting.Vector{Steps: 1, Cost: 150}, t0); err != nil {
+		t.Fatal(err)
+	}
+	unlock, _, _, state, err = st.LockRead(ctx, "r1", "run:r1", t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unlock()
+	lim, spent, reserved := snapshot(t, book, "run:r1", t0)
+	want := accounting.LedgerSnapshot{Limit: lim, Spent: spent, Reserved: reserved}
+	if state == nil || *state != want || spent.Cost != 150 || reserved.Cost != 300 {
+		t.Fatalf("LockRead read %+v, Snapshot %+v", state, want)
 	}
 }
