@@ -53,7 +53,7 @@ func (b *Book) ledgerKey(key string) string { return ledgerKey(b.prefix, key) }
 // ledgerKey is the hash of a ledger under prefix (the Store reads ledgers
 // too, see Store.LockRead).
 func ledgerKey(prefix, key string) string { return prefix + "ledger:" + key }
-func (b *Book) holdPrefix() string          { return b.prefix + "hold:" }
+func (b *Book) holdPrefix() string        { return b.prefix + "hold:" }
 
 // Close releases the client if Open made it and the Store is closed too.
 func (b *Book) Close() error { return b.conn.release() }
