@@ -49,11 +49,11 @@ func NewBook(rdb redis.UniversalClient, prefix string) *Book {
 }
 
 func (b *Book) ledgerKey(key string) string { return ledgerKey(b.prefix, key) }
+func (b *Book) holdPrefix() string          { return b.prefix + "hold:" }
 
 // ledgerKey is the hash of a ledger under prefix (the Store reads ledgers
 // too, see Store.LockRead).
 func ledgerKey(prefix, key string) string { return prefix + "ledger:" + key }
-func (b *Book) holdPrefix() string        { return b.prefix + "hold:" }
 
 // Close releases the client if Open made it and the Store is closed too.
 func (b *Book) Close() error { return b.conn.release() }
