@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -170,6 +171,7 @@ func BenchmarkRedisAgentLoop(b *testing.B) {
 	b.ReportAllocs()
 	i := 0
 	rt.n.Store(0)
+	cpu0, rcpu0 := processCPU(), serverCPU(b, book)
 	for b.Loop() {
 		resp := answers[i%4]
 		t := p.Begin(ctx, &pipeline.Call{Body: body, RunID: prefix + strconv.Itoa(i/4)}, openai.Chat{})
@@ -181,6 +183,36 @@ func BenchmarkRedisAgentLoop(b *testing.B) {
 		i++
 	}
 	b.ReportMetric(float64(rt.n.Load())/float64(i), "rtt/call")
+	b.ReportMetric(float64((processCPU()-cpu0).Microseconds())/float64(i), "cpu-µs/call")
+	b.ReportMetric(float64((serverCPU(b, book)-rcpu0).Microseconds())/float64(i), "redis-cpu-µs/call")
+}
+
+// processCPU is the CPU time this process has used (user and system).
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// serverCPU is the CPU time the Redis server has used (INFO cpu), which a
+// shared server spends for every replica.
+func serverCPU(b *testing.B, book *Book) time.Duration {
+	info, err := book.rdb.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total float64
+	for _, line := range strings.Split(info, "\r\n") {
+		for _, k := range []string{"used_cpu_sys:", "used_cpu_user:"} {
+			if v, ok := strings.CutPrefix(line, k); ok {
+				f, _ := strconv.ParseFloat(v, 64)
+				total += f
+			}
+		}
+	}
+	return time.Duration(total * float64(time.Second))
 }
 
 // A governed call on Redis waits for each of its round trips in turn, so
