@@ -289,7 +289,14 @@ func (p *Pipeline) reserve(ctx context.Context, t *Turn, g *governance, maxOut i
 		return p.unavailable(t, err)
 	}
 	if wrapLine == "" {
-		res, short, err := p.book.Reserve(ctx, g.ledgers, want, false, p.opts.Lease, now)
+		var res *accounting.Hold
+		var short *accounting.Shortfall
+		var err error
+		if hr, ok := p.book.(headroomReserver); ok {
+			res, short, t.headroom, t.headroomRead, err = hr.ReserveHeadroom(ctx, g.ledgers, want, false, p.opts.Lease, now, true)
+		} else {
+			res, short, err = p.book.Reserve(ctx, g.ledgers, want, false, p.opts.Lease, now)
+		}
 		if err != nil {
 			return p.unavailable(t, err)
 		}
@@ -299,6 +306,7 @@ func (p *Pipeline) reserve(ctx context.Context, t *Turn, g *governance, maxOut i
 			p.trackReservation(t, g, res)
 			return false
 		}
+		t.headroomRead = false // the wrap-up's reservation changes it
 		wrapLine = shortfallLine(short)
 	}
 	// Wrap-up: the output is capped so that the worst case fits what remains,
@@ -331,6 +339,15 @@ func (p *Pipeline) reserve(ctx context.Context, t *Turn, g *governance, maxOut i
 	t.wrapUp, t.wrapLine = true, wrapLine
 	t.wrapOut = out
 	return false
+}
+
+// headroomReserver is a book that reads the headroom left on the ledgers in
+// the round trip of a reservation (redisstore.Book), as headroomSettler
+// does for a settlement: a streamed call's budget header, sent before its
+// settlement, then costs no round trip before its first byte.
+type headroomReserver interface {
+	ReserveHeadroom(ctx context.Context, keys []string, want accounting.Vector, useFinalReserve bool, lease time.Duration, now time.Time,
+		headFinalReserve bool) (h *accounting.Hold, short *accounting.Shortfall, head accounting.Vector, read bool, err error)
 }
 
 // runLedger is the run's own ledger's spent and reserved amounts before

@@ -123,8 +123,9 @@ type Turn struct {
 	trace        any
 	// rec is the call as recorded (record.go), nil unless the run is recorded.
 	rec *CallRecord
-	// headroom is what the settlement left on the run's ledgers, when the
-	// book read it with the settlement (headroomSettler), for Headers.
+	// headroom is what the reservation, then the settlement, left on the
+	// run's ledgers, when the book read it with them (headroomReserver,
+	// headroomSettler), for Headers.
 	headroom     accounting.Vector
 	headroomRead bool
 	// ledgerAtLock is the run's own ledger as Begin's run lock read it

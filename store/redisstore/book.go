@@ -168,49 +168,109 @@ func (b *Book) Ensure(ctx context.Context, specs []accounting.LedgerSpec, now ti
 // rolling windows) and holds want on all of them or on none. Unknown keys
 // are ignored and a key given twice counts once, as in MemBook.
 func (b *Book) Reserve(ctx context.Context, keys []string, want accounting.Vector, useFinalReserve bool, lease time.Duration, now time.Time) (*accounting.Hold, *accounting.Shortfall, error) {
+	r := b.newReservation(keys, want, useFinalReserve, lease, now)
+	res, err := reserveScript.Run(ctx, b.rdb, r.keys, r.args...).Slice()
+	if err != nil {
+		return nil, nil, fmt.Errorf("redis book: reserve: %w", err)
+	}
+	return r.result(res)
+}
+
+// ReserveHeadroom reserves as Reserve does and reads the headroom then left
+// on keys, as Headroom does with headFinalReserve, in the same round
+// trip, as SettleHeadroom does for a settlement: a streamed call's budget
+// header, sent before its settlement, then costs no round trip on the way
+// to its first byte. err is the reservation's; read is false when only
+// the headroom could not be read.
+func (b *Book) ReserveHeadroom(ctx context.Context, keys []string, want accounting.Vector, useFinalReserve bool, lease time.Duration, now time.Time,
+	headFinalReserve bool) (h *accounting.Hold, short *accounting.Shortfall, head accounting.Vector, read bool, err error) {
+	r := b.newReservation(keys, want, useFinalReserve, lease, now)
+	var reserved *redis.Cmd
+	cmds := make([]*redis.SliceCmd, len(keys))
+	_, _ = b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		reserved = reserveScript.EvalSha(ctx, p, r.keys, r.args...)
+		for i, k := range keys {
+			cmds[i] = p.HMGet(ctx, b.ledgerKey(k), ledgerFields...)
+		}
+		return nil
+	})
+	if err := reserved.Err(); err != nil {
+		if !redis.HasErrorPrefix(err, "NOSCRIPT") {
+			return nil, nil, head, false, fmt.Errorf("redis book: reserve: %w", err)
+		}
+		// The server lost its scripts: nothing was reserved.
+		h, short, err := b.Reserve(ctx, keys, want, useFinalReserve, lease, now)
+		if err != nil {
+			return nil, nil, head, false, err
+		}
+		head, herr := b.Headroom(ctx, keys, headFinalReserve, now)
+		return h, short, head, herr == nil, nil
+	}
+	res, _ := reserved.Slice()
+	if h, short, err = r.result(res); err != nil {
+		return nil, nil, head, false, err
+	}
+	ls, verr := views(keys, cmds, now)
+	if verr != nil {
+		return h, short, head, false, nil
+	}
+	return h, short, headroom(ls, headFinalReserve), true, nil
+}
+
+// reservation is a Reserve's script arguments, and what its answer means.
+type reservation struct {
+	keys     []string
+	args     []any
+	distinct []string
+	want     accounting.Vector
+	hold     accounting.Hold
+}
+
+func (b *Book) newReservation(keys []string, want accounting.Vector, useFinalReserve bool, lease time.Duration, now time.Time) *reservation {
 	if lease <= 0 {
 		lease = accounting.DefaultLease
 	}
-	want = nonNegVector(want)
-	distinct := dedupe(keys)
+	r := &reservation{want: nonNegVector(want), distinct: dedupe(keys)}
 	id := newHoldID()
 	expires := now.Add(lease)
-
-	var kbuf [8]string
-	rkeys := append(kbuf[:0], b.holds, b.holdPrefix()+id)
-	for _, k := range distinct {
-		rkeys = append(rkeys, b.ledgerKey(k))
+	r.hold = accounting.Hold{ID: id, Keys: keys, Want: r.want, Expires: expires}
+	r.keys = make([]string, 0, 2+len(r.distinct))
+	r.keys = append(r.keys, b.holds, b.holdPrefix()+id)
+	for _, k := range r.distinct {
+		r.keys = append(r.keys, b.ledgerKey(k))
 	}
 	fr := "0"
 	if useFinalReserve {
 		fr = "1"
 	}
-	var abuf [10]any
-	args := append(abuf[:0], micros(now), fr, strconv.FormatInt(expires.UnixMicro(), 10), id)
-	args = appendDims(args, want, true)
+	r.args = make([]any, 0, 10)
+	r.args = append(r.args, micros(now), fr, strconv.FormatInt(expires.UnixMicro(), 10), id)
+	r.args = appendDims(r.args, r.want, true)
+	return r
+}
 
-	res, err := reserveScript.Run(ctx, b.rdb, rkeys, args...).Slice()
-	if err != nil {
-		return nil, nil, fmt.Errorf("redis book: reserve: %w", err)
-	}
+// result reads the reserve script's answer: the hold, or the first
+// shortfall.
+func (r *reservation) result(res []any) (*accounting.Hold, *accounting.Shortfall, error) {
 	if len(res) == 4 {
 		if ok, _ := res[0].(int64); ok == 0 {
 			i, _ := res[1].(int64)
 			d, _ := res[2].(int64)
 			s, _ := res[3].(string)
 			left, perr := strconv.ParseInt(s, 10, 64)
-			if i < 1 || int(i) > len(distinct) || d < 1 || d > 6 || perr != nil {
+			if i < 1 || int(i) > len(r.distinct) || d < 1 || d > 6 || perr != nil {
 				return nil, nil, fmt.Errorf("redis book: reserve: malformed shortfall %v", res)
 			}
 			return nil, &accounting.Shortfall{
-				Ledger: distinct[i-1], Dimension: dimNames[d-1], Need: dims(want)[d-1], Left: left,
+				Ledger: r.distinct[i-1], Dimension: dimNames[d-1], Need: dims(r.want)[d-1], Left: left,
 			}, nil
 		}
 	}
 	if len(res) != 1 {
 		return nil, nil, fmt.Errorf("redis book: reserve: unexpected reply %v", res)
 	}
-	return &accounting.Hold{ID: id, Keys: keys, Want: want, Expires: expires}, nil, nil
+	h := r.hold
+	return &h, nil, nil
 }
 
 // dedupe returns keys without repeats, first occurrence first; it does not

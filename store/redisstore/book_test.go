@@ -850,3 +850,43 @@ func TestSettleHeadroomIsSettleThenHeadroom(t *testing.T) {
 		t.Errorf("run ledger spent %+v reserved %+v, want two settlements of %+v", spent, reserved, actual)
 	}
 }
+
+// ReserveHeadroom holds what Reserve holds, or reports the same shortfall,
+// and answers what Headroom reads after it, with the scripts flushed too.
+// Not parallel, as TestSettleHeadroomIsSettleThenHeadroom.
+func TestReserveHeadroomIsReserveThenHeadroom(t *testing.T) {
+	a, b, _ := openPair(t)
+	run := accounting.LedgerSpec{Key: "run", Limit: accounting.Vector{Steps: 10, Cost: 1000}, FinalReserve: accounting.Vector{Cost: 100}}
+	team := accounting.LedgerSpec{Key: "team", Limit: accounting.Vector{Tokens: 5000}}
+	ensure(t, a, run, team)
+	keys := []string{"run", "team", "missing"}
+	want := accounting.Vector{Steps: 1, Tokens: 1000, Cost: 400}
+	for _, flush := range []bool{false, true} {
+		if flush {
+			if err := a.rdb.ScriptFlush(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		h, short, got, read, err := a.ReserveHeadroom(ctx, keys, want, false, time.Minute, t0, true)
+		if err != nil || short != nil || h == nil || !read {
+			t.Fatalf("flush=%v: hold %v short %v read %v: %v", flush, h, short, read, err)
+		}
+		head, err := b.Headroom(ctx, keys, true, t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != head {
+			t.Errorf("flush=%v: headroom %+v, Headroom reads %+v", flush, got, head)
+		}
+	}
+	_, _, reserved := snapshot(t, b, "run", t0)
+	if reserved.Cost != 800 || reserved.Steps != 2 {
+		t.Errorf("run ledger reserved %+v, want two holds of %+v", reserved, want)
+	}
+	// 200 of cost left above the final reserve: the next one is short.
+	_, short, _, _, err := a.ReserveHeadroom(ctx, keys, want, false, time.Minute, t0, true)
+	_, short2, err2 := b.Reserve(ctx, keys, want, false, time.Minute, t0)
+	if err != nil || err2 != nil || short == nil || short2 == nil || *short != *short2 {
+		t.Fatalf("shortfall %+v (%v), Reserve's %+v (%v)", short, err, short2, err2)
+	}
+}

@@ -251,6 +251,13 @@ func TestRedisCallRoundTrips(t *testing.T) {
 		if tn.Answer != nil {
 			t.Fatalf("refused: %s", tn.Answer.Body)
 		}
+		// The headers a stream sends before its settlement: read with the
+		// reservation.
+		n := rt.n.Load()
+		p.Headers(tn, func(string, string) {})
+		if got := rt.n.Load() - n; got != 0 {
+			t.Errorf("step %d: the headers before the settlement took %d round trips", step+1, got)
+		}
 		p.Finish(ctx, tn, pipeline.Outcome{Status: 200, Body: fmt.Appendf(nil, resp, step, step)})
 		p.Headers(tn, func(string, string) {})
 		want := int64(6)
