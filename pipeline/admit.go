@@ -88,7 +88,7 @@ func (p *Pipeline) beginLocked(ctx context.Context, t *Turn, r *runstate.Run, cr
 	now := p.now()
 	call, codec := t.Call, t.codec
 	if r.Ext == nil {
-		g, err := p.govern(ctx, r, call)
+		g, ensured, err := p.govern(ctx, r, call)
 		if err != nil {
 			var bad badRequest
 			var down unavailable
@@ -104,6 +104,9 @@ func (p *Pipeline) beginLocked(ctx context.Context, t *Turn, r *runstate.Run, cr
 			return
 		}
 		r.Ext = g
+		if ensured != nil {
+			t.ledgerAtLock = ensured // the lock found no ledger: it did not exist yet
+		}
 		if created {
 			r.Record(now, runstate.Event{Type: runstate.EventTransition, To: runstate.Ready, Detail: "run started"})
 			p.obs.RunStarted()

@@ -129,7 +129,8 @@ type Turn struct {
 	headroom     accounting.Vector
 	headroomRead bool
 	// ledgerAtLock is the run's own ledger as Begin's run lock read it
-	// (RunLockReader), for admission; nil otherwise.
+	// (RunLockReader) or, for a new run, as the book made it
+	// (ensureReader), for admission; nil otherwise.
 	ledgerAtLock *accounting.LedgerSnapshot
 }
 

@@ -98,25 +98,25 @@ func runInput(r *runstate.Run, pr Principal, now time.Time) policy.RunInput {
 	}
 }
 
-// govern asks the per-run policy questions and opens the run's ledgers. The
-// caller holds r.Mu. An error (policy evaluation failed, bad budget header)
+// govern asks the per-run policy questions and opens the run's ledgers;
+// ensured is the run's own ledger as the book read it in the round trip
+// that opened it (ensureReader), or nil. The caller holds r.Mu. An error (policy evaluation failed, bad budget header)
 // leaves the run ungoverned, and the call is refused.
-func (p *Pipeline) govern(ctx context.Context, r *runstate.Run, call *Call) (*governance, error) {
+func (p *Pipeline) govern(ctx context.Context, r *runstate.Run, call *Call) (g *governance, ensured *accounting.LedgerSnapshot, err error) {
 	in := runInput(r, call.Principal, p.now())
 	limits := policy.DefaultLimits()
 	term := policy.TerminationAnswer{Mode: policy.ModeFinalize}
 	loop := policy.DefaultLoopThresholds()
 	var windows []policy.TeamWindow
 	if p.pol != nil {
-		var err error
 		if limits, err = p.pol.Budget(ctx, in); err != nil {
-			return nil, fmt.Errorf("budget policy: %w", err)
+			return nil, nil, fmt.Errorf("budget policy: %w", err)
 		}
 		if term, err = p.pol.Termination(ctx, in); err != nil {
-			return nil, fmt.Errorf("termination policy: %w", err)
+			return nil, nil, fmt.Errorf("termination policy: %w", err)
 		}
 		if loop, err = p.pol.Loop(ctx, in); err != nil {
-			return nil, fmt.Errorf("loop policy: %w", err)
+			return nil, nil, fmt.Errorf("loop policy: %w", err)
 		}
 		if call.Principal.Team != "" {
 			windows = p.pol.TeamWindows(call.Principal.Team)
@@ -126,7 +126,7 @@ func (p *Pipeline) govern(ctx context.Context, r *runstate.Run, call *Call) (*go
 	if call.RunBudget != "" {
 		asked, err := accounting.ParseBudgetHeader(call.RunBudget)
 		if err != nil {
-			return nil, badRequest{fmt.Errorf("X-Run-Budget: %w", err)}
+			return nil, nil, badRequest{fmt.Errorf("X-Run-Budget: %w", err)}
 		}
 		granted = granted.Tighten(asked) // a header only tightens
 	}
@@ -138,7 +138,7 @@ func (p *Pipeline) govern(ctx context.Context, r *runstate.Run, call *Call) (*go
 	limits.MaxCostUSD = granted.Cost.USD()
 	limits.DeadlineMs = granted.DeadlineMs
 
-	g := &governance{runID: []byte(r.ID), limits: limits, term: term, loop: loop, ownsAll: true}
+	g = &governance{runID: []byte(r.ID), limits: limits, term: term, loop: loop, ownsAll: true}
 	lim := enforcedOnly(granted.Vector, term)
 	g.ledger = runLedgerPrefix + r.ID
 	g.ledgers = []string{g.ledger}
@@ -165,12 +165,16 @@ func (p *Pipeline) govern(ctx context.Context, r *runstate.Run, call *Call) (*go
 		teamKeys = append(teamKeys, key)
 		g.budgeted = g.budgeted || wl.Tokens > 0 || wl.Cost > 0
 	}
-	if err := p.book.Ensure(ctx, specs, p.now()); err != nil {
-		return nil, unavailable{err}
+	if er, ok := p.book.(ensureReader); ok {
+		if ensured, err = er.EnsureRead(ctx, specs, p.now(), g.ledger); err != nil {
+			return nil, nil, unavailable{err}
+		}
+	} else if err := p.book.Ensure(ctx, specs, p.now()); err != nil {
+		return nil, nil, unavailable{err}
 	}
 	for i, key := range teamKeys { // policy may have changed a window's limit
 		if err := p.book.SetLimit(ctx, key, budgetOf(windows[i].Limits).Vector, accounting.Vector{}); err != nil {
-			return nil, unavailable{err}
+			return nil, nil, unavailable{err}
 		}
 	}
 	g.canon = p.canonicalizer(loop.VolatileKeys)
@@ -178,7 +182,14 @@ func (p *Pipeline) govern(ctx context.Context, r *runstate.Run, call *Call) (*go
 	r.MaxSteps = limits.MaxSteps
 	r.DeadlineMs = limits.DeadlineMs
 	p.startRecording(ctx, r, call, in, g)
-	return g, nil
+	return g, ensured, nil
+}
+
+// ensureReader is a book that reads a ledger in the round trip that makes
+// the run's ledgers (redisstore.Book): a new run's first call reads its own
+// ledger next (see Turn.ledgerAtLock).
+type ensureReader interface {
+	EnsureRead(ctx context.Context, specs []accounting.LedgerSpec, now time.Time, key string) (*accounting.LedgerSnapshot, error)
 }
 
 // budgetOf turns policy limits into a ledger budget.

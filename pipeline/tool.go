@@ -177,7 +177,7 @@ func (p *Pipeline) beginToolLocked(ctx context.Context, tt *ToolTurn, r *runstat
 	now := p.now()
 	call := tt.Call
 	if r.Ext == nil {
-		g, err := p.govern(ctx, r, &Call{RunID: call.RunID, SessionID: call.SessionID, AgentID: call.AgentID,
+		g, _, err := p.govern(ctx, r, &Call{RunID: call.RunID, SessionID: call.SessionID, AgentID: call.AgentID,
 			ParentRunID: call.ParentRunID, TaskType: call.TaskType, RunBudget: call.RunBudget, Principal: call.Principal})
 		if err != nil {
 			var bad badRequest

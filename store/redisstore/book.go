@@ -138,11 +138,63 @@ func newHoldID() string {
 // Ensure implements accounting.Book in one script: ledgers that exist keep
 // their state and limits, whoever created them.
 func (b *Book) Ensure(ctx context.Context, specs []accounting.LedgerSpec, now time.Time) error {
-	if len(specs) == 0 {
+	keys, args := b.ensureArgs(specs, now)
+	if len(keys) == 0 {
 		return nil
 	}
-	keys := make([]string, 0, len(specs))
-	args := make([]any, 0, 14*len(specs))
+	if err := ensureScript.Run(ctx, b.rdb, keys, args...).Err(); err != nil {
+		return fmt.Errorf("redis book: ensure: %w", err)
+	}
+	return nil
+}
+
+// EnsureRead ensures as Ensure does and reads the ledger key then, as
+// Snapshot does (nil when it does not exist), in the same round trip: a
+// new run's first call reads its own ledger next, and Begin's lock could
+// not (it did not exist yet).
+func (b *Book) EnsureRead(ctx context.Context, specs []accounting.LedgerSpec, now time.Time, key string) (*accounting.LedgerSnapshot, error) {
+	keys, args := b.ensureArgs(specs, now)
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	var ensured *redis.Cmd
+	var read *redis.SliceCmd
+	_, _ = b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		ensured = ensureScript.EvalSha(ctx, p, keys, args...)
+		read = p.HMGet(ctx, b.ledgerKey(key), ledgerFields...)
+		return nil
+	})
+	if err := ensured.Err(); err != nil {
+		if !redis.HasErrorPrefix(err, "NOSCRIPT") {
+			return nil, fmt.Errorf("redis book: ensure: %w", err)
+		}
+		// The server lost its scripts: nothing was made.
+		if err := b.Ensure(ctx, specs, now); err != nil {
+			return nil, err
+		}
+		lim, spent, reserved, err := b.Snapshot(ctx, key, now)
+		if err != nil {
+			return nil, err
+		}
+		return &accounting.LedgerSnapshot{Limit: lim, Spent: spent, Reserved: reserved}, nil
+	}
+	ls, err := views([]string{key}, []*redis.SliceCmd{read}, now)
+	if err != nil {
+		return nil, fmt.Errorf("redis book: snapshot: %w", err)
+	}
+	if ls[0] == nil {
+		return nil, nil
+	}
+	return &accounting.LedgerSnapshot{Limit: vector(ls[0].limit), Spent: vector(ls[0].spent), Reserved: vector(ls[0].reserved)}, nil
+}
+
+// ensureArgs is the ensure script's keys and arguments.
+func (b *Book) ensureArgs(specs []accounting.LedgerSpec, now time.Time) (keys []string, args []any) {
+	if len(specs) == 0 {
+		return nil, nil
+	}
+	keys = make([]string, 0, len(specs))
+	args = make([]any, 0, 14*len(specs))
 	seen := make(map[string]bool, len(specs))
 	for _, s := range specs {
 		if seen[s.Key] {
@@ -158,10 +210,7 @@ func (b *Book) Ensure(ctx context.Context, specs []accounting.LedgerSpec, now ti
 		args = appendDims(args, s.Limit, false)
 		args = appendDims(args, s.FinalReserve, true)
 	}
-	if err := ensureScript.Run(ctx, b.rdb, keys, args...).Err(); err != nil {
-		return fmt.Errorf("redis book: ensure: %w", err)
-	}
-	return nil
+	return keys, args
 }
 
 // Reserve implements accounting.Book: one script checks every ledger (after

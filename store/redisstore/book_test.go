@@ -890,3 +890,37 @@ func TestReserveHeadroomIsReserveThenHeadroom(t *testing.T) {
 		t.Fatalf("shortfall %+v (%v), Reserve's %+v (%v)", short, err, short2, err2)
 	}
 }
+
+// EnsureRead makes what Ensure makes and reads the ledger as Snapshot
+// does, an existing ledger keeping its state; with the scripts flushed too.
+// Not parallel, as TestSettleHeadroomIsSettleThenHeadroom.
+func TestEnsureReadIsEnsureThenSnapshot(t *testing.T) {
+	a, b, _ := openPair(t)
+	spec := accounting.LedgerSpec{Key: "run", Limit: accounting.Vector{Steps: 10, Cost: 1000}}
+	team := accounting.LedgerSpec{Key: "team", Limit: accounting.Vector{Tokens: 5000}}
+	for _, flush := range []bool{false, true} {
+		if flush {
+			mustReserve(t, a, []string{"run"}, accounting.Vector{Steps: 1, Cost: 300}, false, time.Minute, t0)
+			if err := a.rdb.ScriptFlush(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, err := a.EnsureRead(ctx, []accounting.LedgerSpec{spec, team}, t0, "run")
+		if err != nil || got == nil {
+			t.Fatalf("flush=%v: %+v, %v", flush, got, err)
+		}
+		lim, spent, reserved := snapshot(t, b, "run", t0)
+		if want := (accounting.LedgerSnapshot{Limit: lim, Spent: spent, Reserved: reserved}); *got != want {
+			t.Errorf("flush=%v: read %+v, Snapshot %+v", flush, *got, want)
+		}
+		if flush && reserved.Cost != 300 {
+			t.Errorf("an existing ledger lost its state: reserved %+v", reserved)
+		}
+		if lim, _, _ := snapshot(t, b, "team", t0); lim != team.Limit {
+			t.Errorf("flush=%v: team ledger limit %+v", flush, lim)
+		}
+	}
+	if got, err := a.EnsureRead(ctx, []accounting.LedgerSpec{spec}, t0, "missing"); err != nil || got != nil {
+		t.Errorf("a ledger not made: %+v, %v", got, err)
+	}
+}
