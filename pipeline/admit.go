@@ -295,7 +295,9 @@ func (p *Pipeline) reserve(ctx context.Context, t *Turn, g *governance, maxOut i
 		var res *accounting.Hold
 		var short *accounting.Shortfall
 		var err error
-		if hr, ok := p.book.(headroomReserver); ok {
+		if hr, ok := p.book.(headroomReserver); ok && t.Req.Stream {
+			// A stream's headers go out before its settlement; an answer
+			// given whole has its headroom read with the settlement.
 			res, short, t.headroom, t.headroomRead, err = hr.ReserveHeadroom(ctx, g.ledgers, want, false, p.opts.Lease, now, true)
 		} else {
 			res, short, err = p.book.Reserve(ctx, g.ledgers, want, false, p.opts.Lease, now)
@@ -347,7 +349,8 @@ func (p *Pipeline) reserve(ctx context.Context, t *Turn, g *governance, maxOut i
 // headroomReserver is a book that reads the headroom left on the ledgers in
 // the round trip of a reservation (redisstore.Book), as headroomSettler
 // does for a settlement: a streamed call's budget header, sent before its
-// settlement, then costs no round trip before its first byte.
+// settlement, then costs no round trip before its first byte. (A call
+// answered whole leaves it: its headers follow the settlement's read.)
 type headroomReserver interface {
 	ReserveHeadroom(ctx context.Context, keys []string, want accounting.Vector, useFinalReserve bool, lease time.Duration, now time.Time,
 		headFinalReserve bool) (h *accounting.Hold, short *accounting.Shortfall, head accounting.Vector, read bool, err error)
