@@ -813,10 +813,7 @@ func TestForget(t *testing.T) {
 // round trips (TestRedisCallRoundTrips counts them).
 func TestSettleHeadroomIsSettleThenHeadroom(t *testing.T) {
 	a, b, _ := openPair(t)
-	run := accounting.LedgerSpec{Key: "run", Limit: accounting.Vector{Steps: 10, Cost: 1000}, FinalReserve: accounting.Vector{Cost: 100}}
-	team := accounting.LedgerSpec{Key: "team", Limit: accounting.Vector{Tokens: 5000}}
-	ensure(t, a, run, team)
-	keys := []string{"run", "team", "missing"}
+	keys := runAndTeam(t, a)
 	actual := accounting.Vector{Steps: 1, Tokens: 700, Cost: 250}
 	for _, flush := range []bool{false, true} {
 		h := mustReserve(t, a, keys[:2], accounting.Vector{Steps: 1, Tokens: 1000, Cost: 400}, false, time.Minute, t0)
@@ -856,10 +853,7 @@ func TestSettleHeadroomIsSettleThenHeadroom(t *testing.T) {
 // Not parallel, as TestSettleHeadroomIsSettleThenHeadroom.
 func TestReserveHeadroomIsReserveThenHeadroom(t *testing.T) {
 	a, b, _ := openPair(t)
-	run := accounting.LedgerSpec{Key: "run", Limit: accounting.Vector{Steps: 10, Cost: 1000}, FinalReserve: accounting.Vector{Cost: 100}}
-	team := accounting.LedgerSpec{Key: "team", Limit: accounting.Vector{Tokens: 5000}}
-	ensure(t, a, run, team)
-	keys := []string{"run", "team", "missing"}
+	keys := runAndTeam(t, a)
 	want := accounting.Vector{Steps: 1, Tokens: 1000, Cost: 400}
 	for _, flush := range []bool{false, true} {
 		if flush {
@@ -923,4 +917,14 @@ func TestEnsureReadIsEnsureThenSnapshot(t *testing.T) {
 	if got, err := a.EnsureRead(ctx, []accounting.LedgerSpec{spec}, t0, "missing"); err != nil || got != nil {
 		t.Errorf("a ledger not made: %+v, %v", got, err)
 	}
+}
+
+// runAndTeam makes a run ledger (cost, with a final reserve, and steps)
+// and a team ledger (tokens) and returns their keys with one that does not
+// exist.
+func runAndTeam(t *testing.T, b *Book) []string {
+	t.Helper()
+	ensure(t, b, accounting.LedgerSpec{Key: "run", Limit: accounting.Vector{Steps: 10, Cost: 1000}, FinalReserve: accounting.Vector{Cost: 100}},
+		accounting.LedgerSpec{Key: "team", Limit: accounting.Vector{Tokens: 5000}})
+	return []string{"run", "team", "missing"}
 }

@@ -120,12 +120,7 @@ func TestStaleReleaseKeepsNewHoldersLock(t *testing.T) {
 // when it does not exist.
 func TestLockReadReadsTheLedger(t *testing.T) {
 	t.Parallel()
-	prefix := testPrefix(t)
-	book, st, err := Open(redisURL, prefix)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { book.Close(); st.Close(); dropPrefix(prefix) })
+	book, st := openOne(t)
 	ctx := context.Background()
 	unlock, _, _, state, err := st.LockRead(ctx, "r1", "run:r1", t0)
 	if err != nil || state != nil {

@@ -149,6 +149,19 @@ func testPrefix(t testing.TB) string {
 	return fmt.Sprintf("test:%d:%d:%s:", os.Getpid(), prefixSeq.Add(1), name)
 }
 
+// openOne opens a Book and a Store on a fresh prefix, closed (and the
+// prefix's keys dropped) when the test ends.
+func openOne(t testing.TB) (*Book, *Store) {
+	t.Helper()
+	prefix := testPrefix(t)
+	book, st, err := Open(redisURL, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { book.Close(); st.Close(); dropPrefix(prefix) })
+	return book, st
+}
+
 // openPair opens two Books (two "replicas": two clients) and one Store on
 // the shared server under one fresh prefix, closed when the test ends.
 func openPair(t testing.TB) (a, b *Book, s *Store) {

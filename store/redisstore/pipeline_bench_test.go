@@ -120,7 +120,25 @@ func BenchmarkRestoreFromRedis(b *testing.B) {
 // roundTrips counts what a client sends to Redis: one a command, one a
 // pipeline or MULTI/EXEC (each is one round trip), leaving out a new
 // connection's handshake (HELLO, then CLIENT SETINFO pipelined).
-type roundTrips struct{ n atomic.Int64 }
+type roundTrips struct {
+	n    atomic.Int64
+	book *Book // the client's
+}
+
+// countedReplica is a pipeline as one replica on Redis runs it (shared
+// book, store and run locks, default policies), with its round trips
+// counted.
+func countedReplica(tb testing.TB) (*pipeline.Pipeline, *roundTrips) {
+	tb.Helper()
+	book, st := openOne(tb)
+	rt := &roundTrips{book: book}
+	book.rdb.AddHook(rt)
+	pol, err := policy.New(context.Background(), policy.Options{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return pipeline.New(pipeline.Options{Policy: pol, Book: book, Store: st, RunLock: st}), rt
+}
 
 func (c *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (c *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
@@ -146,19 +164,8 @@ func (c *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 // call's time is mostly its round trips to Redis, each waited for in turn;
 // rtt/call counts them (a command, a pipeline or a MULTI/EXEC each).
 func BenchmarkRedisAgentLoop(b *testing.B) {
-	book, st, err := Open(redisURL, fmt.Sprintf("bench%d:", time.Now().UnixNano()))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer book.Close()
-	defer st.Close()
-	var rt roundTrips
-	book.rdb.AddHook(&rt)
-	pol, err := policy.New(context.Background(), policy.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	p := pipeline.New(pipeline.Options{Policy: pol, Book: book, Store: st, RunLock: st})
+	p, rt := countedReplica(b)
+	book := rt.book
 	body := benchBody()
 	// Each step reads another page: the same call thrice would be a loop.
 	var answers [4][]byte
@@ -227,19 +234,7 @@ func serverCPU(b *testing.B, book *Book) time.Duration {
 // round trips of their own.
 func TestRedisCallRoundTrips(t *testing.T) {
 	t.Parallel()
-	prefix := testPrefix(t)
-	book, st, err := Open(redisURL, prefix)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { book.Close(); st.Close(); dropPrefix(prefix) })
-	var rt roundTrips
-	book.rdb.AddHook(&rt)
-	pol, err := policy.New(context.Background(), policy.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := pipeline.New(pipeline.Options{Policy: pol, Book: book, Store: st, RunLock: st})
+	p, rt := countedReplica(t)
 	ctx := context.Background()
 	resp := strings.Replace(benchResponse, `"content":"Done."},"finish_reason":"stop"`,
 		`"content":null,"tool_calls":[{"id":"call_%d","type":"function","function":{"name":"read","arguments":"{\"page\":%d}"}}]},"finish_reason":"tool_calls"`, 1)
