@@ -46,6 +46,10 @@ func (p *Pipeline) Finish(ctx context.Context, t *Turn, out Outcome) *Answer {
 	if err := p.refresh(r, pre); err != nil {
 		p.log.Error("run refresh failed at settlement", "run_id", r.ID, "err", err)
 	}
+	// A stream's reservation read the headroom its headers showed; what the
+	// headers show after Finish is read anew (with the settlement, when the
+	// book can), as a released reservation changes it too.
+	t.headroomRead = false
 	answer := p.finishLocked(ctx, t, out, now)
 	p.recordFinish(t, out, now)
 	p.closeReservation(t, govOf(r))

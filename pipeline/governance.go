@@ -100,8 +100,9 @@ func runInput(r *runstate.Run, pr Principal, now time.Time) policy.RunInput {
 
 // govern asks the per-run policy questions and opens the run's ledgers;
 // ensured is the run's own ledger as the book read it in the round trip
-// that opened it (ensureReader), or nil. The caller holds r.Mu. An error (policy evaluation failed, bad budget header)
-// leaves the run ungoverned, and the call is refused.
+// that opened it (ensureReader), or nil. The caller holds r.Mu. An error
+// (policy evaluation failed, bad budget header) leaves the run ungoverned,
+// and the call is refused.
 func (p *Pipeline) govern(ctx context.Context, r *runstate.Run, call *Call) (g *governance, ensured *accounting.LedgerSnapshot, err error) {
 	in := runInput(r, call.Principal, p.now())
 	limits := policy.DefaultLimits()

@@ -83,9 +83,9 @@ func (p *Pipeline) refresh(r *runstate.Run, pre prefetched) error {
 	}
 	g := govOf(r)
 	if g != nil {
-		// The common case, a run moved by this replica last, decides on the
-		// version alone: decoding the whole snapshot twice a call was most
-		// of a call's allocations on Redis.
+		// The common case, a run moved by this replica last, is decided by
+		// the version alone, where the whole snapshot was decoded at every
+		// lock, twice a call.
 		if ver, ok := storedVersion(v); ok && ver <= g.version {
 			return nil
 		}
