@@ -157,18 +157,11 @@ func (b *Book) EnsureRead(ctx context.Context, specs []accounting.LedgerSpec, no
 	if len(keys) == 0 {
 		return nil, nil
 	}
-	var ensured *redis.Cmd
-	var read *redis.SliceCmd
-	_, _ = b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		ensured = ensureScript.EvalSha(ctx, p, keys, args...)
-		read = p.HMGet(ctx, b.ledgerKey(key), ledgerFields...)
-		return nil
-	})
-	if err := ensured.Err(); err != nil {
-		if !redis.HasErrorPrefix(err, "NOSCRIPT") {
-			return nil, fmt.Errorf("redis book: ensure: %w", err)
-		}
-		// The server lost its scripts: nothing was made.
+	_, reads, noScript, err := b.scriptThenRead(ctx, ensureScript, keys, args, []string{key})
+	if err != nil {
+		return nil, fmt.Errorf("redis book: ensure: %w", err)
+	}
+	if noScript { // nothing was made
 		if err := b.Ensure(ctx, specs, now); err != nil {
 			return nil, err
 		}
@@ -178,7 +171,7 @@ func (b *Book) EnsureRead(ctx context.Context, specs []accounting.LedgerSpec, no
 		}
 		return &accounting.LedgerSnapshot{Limit: lim, Spent: spent, Reserved: reserved}, nil
 	}
-	ls, err := views([]string{key}, []*redis.SliceCmd{read}, now)
+	ls, err := views([]string{key}, reads, now)
 	if err != nil {
 		return nil, fmt.Errorf("redis book: snapshot: %w", err)
 	}
@@ -186,6 +179,29 @@ func (b *Book) EnsureRead(ctx context.Context, specs []accounting.LedgerSpec, no
 		return nil, nil
 	}
 	return &accounting.LedgerSnapshot{Limit: vector(ls[0].limit), Spent: vector(ls[0].spent), Reserved: vector(ls[0].reserved)}, nil
+}
+
+// scriptThenRead sends a script and, after it, the HMGET of each ledger,
+// pipelined: one round trip, and Redis runs them in order. noScript
+// reports that the server had lost the script (it did not run): the
+// caller runs it again through the Script, which loads it, and reads
+// anew. err is any other error of the script's.
+func (b *Book) scriptThenRead(ctx context.Context, script *redis.Script, keys []string, args []any, ledgers []string) (res *redis.Cmd, reads []*redis.SliceCmd, noScript bool, err error) {
+	reads = make([]*redis.SliceCmd, len(ledgers))
+	_, _ = b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		res = script.EvalSha(ctx, p, keys, args...)
+		for i, k := range ledgers {
+			reads[i] = p.HMGet(ctx, b.ledgerKey(k), ledgerFields...)
+		}
+		return nil
+	})
+	if err := res.Err(); err != nil {
+		if redis.HasErrorPrefix(err, "NOSCRIPT") {
+			return res, reads, true, nil
+		}
+		return res, reads, false, err
+	}
+	return res, reads, false, nil
 }
 
 // ensureArgs is the ensure script's keys and arguments.
@@ -234,20 +250,11 @@ func (b *Book) Reserve(ctx context.Context, keys []string, want accounting.Vecto
 func (b *Book) ReserveHeadroom(ctx context.Context, keys []string, want accounting.Vector, useFinalReserve bool, lease time.Duration, now time.Time,
 	headFinalReserve bool) (h *accounting.Hold, short *accounting.Shortfall, head accounting.Vector, read bool, err error) {
 	r := b.newReservation(keys, want, useFinalReserve, lease, now)
-	var reserved *redis.Cmd
-	cmds := make([]*redis.SliceCmd, len(keys))
-	_, _ = b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		reserved = reserveScript.EvalSha(ctx, p, r.keys, r.args...)
-		for i, k := range keys {
-			cmds[i] = p.HMGet(ctx, b.ledgerKey(k), ledgerFields...)
-		}
-		return nil
-	})
-	if err := reserved.Err(); err != nil {
-		if !redis.HasErrorPrefix(err, "NOSCRIPT") {
-			return nil, nil, head, false, fmt.Errorf("redis book: reserve: %w", err)
-		}
-		// The server lost its scripts: nothing was reserved.
+	reserved, cmds, noScript, err := b.scriptThenRead(ctx, reserveScript, r.keys, r.args, keys)
+	if err != nil {
+		return nil, nil, head, false, fmt.Errorf("redis book: reserve: %w", err)
+	}
+	if noScript { // nothing was reserved
 		h, short, err := b.Reserve(ctx, keys, want, useFinalReserve, lease, now)
 		if err != nil {
 			return nil, nil, head, false, err
@@ -524,21 +531,13 @@ func (b *Book) SettleHeadroom(ctx context.Context, h *accounting.Hold, actual ac
 	var abuf [8]any
 	args := append(abuf[:0], micros(now), h.ID)
 	args = appendDims(args, actual, true)
-	var settled *redis.Cmd
-	cmds := make([]*redis.SliceCmd, len(keys))
-	_, _ = b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		settled = settleScript.EvalSha(ctx, p, []string{b.holds, b.holdPrefix() + h.ID}, args...)
-		for i, k := range keys {
-			cmds[i] = p.HMGet(ctx, b.ledgerKey(k), ledgerFields...)
-		}
-		return nil
-	})
-	if err := settled.Err(); err != nil {
-		if !redis.HasErrorPrefix(err, "NOSCRIPT") {
-			return head, false, fmt.Errorf("redis book: settle: %w", err)
-		}
-		// The server lost its scripts: nothing was settled. Settle loads
-		// the script again; the reads follow it.
+	_, cmds, noScript, err := b.scriptThenRead(ctx, settleScript, []string{b.holds, b.holdPrefix() + h.ID}, args, keys)
+	if err != nil {
+		return head, false, fmt.Errorf("redis book: settle: %w", err)
+	}
+	if noScript {
+		// Nothing was settled. Settle loads the script again; the reads
+		// follow it.
 		if err := b.Settle(ctx, h, actual, now); err != nil {
 			return head, false, err
 		}
