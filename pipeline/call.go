@@ -86,7 +86,6 @@ type Turn struct {
 	Req   wire.Request
 	codec wire.Codec
 	run   *runstate.Run
-	gov   *governance
 
 	// Answer, when set by Begin, is given instead of forwarding.
 	Answer *Answer
@@ -132,6 +131,9 @@ type Turn struct {
 	// (RunLockReader) or, for a new run, as the book made it
 	// (ensureReader), for admission; nil otherwise.
 	ledgerAtLock *accounting.LedgerSnapshot
+	// committing closes when Begin's commit, made behind the forwarded
+	// call (commitBehind), is done; nil when Begin committed in line.
+	committing <-chan struct{}
 }
 
 // Feed passes a piece of the upstream stream through the usage tap and

@@ -35,6 +35,20 @@ func (p *Pipeline) Finish(ctx context.Context, t *Turn, out Outcome) *Answer {
 	}
 	r := t.run
 	ctx = context.WithoutCancel(ctx)
+	ok := out.Status >= 200 && out.Status < 300
+	var resp wire.Response
+	if ok {
+		resp = p.response(t, out)
+	}
+	var settling <-chan settlement
+	if ok && p.shared() {
+		// The book needs no run lock: on a shared store the settlement's
+		// round trip and the lock's go out together.
+		settling = p.settleBehind(ctx, t, &resp, now)
+	}
+	if t.committing != nil {
+		<-t.committing // bounded by persistWait: the lock is Begin's until then
+	}
 	unlock, pre, lockErr := p.lockRun(ctx, r.ID, false)
 	if lockErr != nil {
 		// Settle anyway: the book is the source of truth for money; the
@@ -50,7 +64,7 @@ func (p *Pipeline) Finish(ctx context.Context, t *Turn, out Outcome) *Answer {
 	// headers show after Finish is read anew (with the settlement, when the
 	// book can), as a released reservation changes it too.
 	t.headroomRead = false
-	answer := p.finishLocked(ctx, t, out, now)
+	answer := p.finishLocked(ctx, t, out, &resp, settling, now)
 	p.recordFinish(t, out, now)
 	p.closeReservation(t, govOf(r))
 	saved, carried := p.persistReleasing(r, pre.release)
@@ -91,11 +105,28 @@ func answerStatus(t *Turn, replaced *Answer, out Outcome) int {
 	return out.Status
 }
 
-func (p *Pipeline) finishLocked(ctx context.Context, t *Turn, out Outcome, now time.Time) *Answer {
+// response is what the provider answered, as far as it can be read.
+func (p *Pipeline) response(t *Turn, out Outcome) wire.Response {
+	if out.Streamed {
+		if t.tap != nil {
+			return *t.tap.Response()
+		}
+		return wire.Response{}
+	}
+	resp, err := t.codec.ParseResponse(out.Body)
+	if err != nil {
+		p.log.Warn("unreadable upstream response", "run_id", t.run.ID, "err", err)
+	}
+	return resp
+}
+
+// finishLocked finishes the call under the run's locks; resp is the
+// provider's answer (read when the status is 2xx), settling the
+// settlement's result when settleBehind started it.
+func (p *Pipeline) finishLocked(ctx context.Context, t *Turn, out Outcome, resp *wire.Response, settling <-chan settlement, now time.Time) *Answer {
 	r, g := t.run, govOf(t.run)
 	r.Inflight--
-	ok := out.Status >= 200 && out.Status < 300
-	if !ok {
+	if ok := out.Status >= 200 && out.Status < 300; !ok {
 		p.release(t, g)
 		if r.Inflight == 0 && r.State == runstate.Deciding {
 			r.Transition(runstate.Ready, now, "model call failed")
@@ -107,18 +138,8 @@ func (p *Pipeline) finishLocked(ctx context.Context, t *Turn, out Outcome, now t
 		}
 		return p.transportFailure(t, g, out.Err, now)
 	}
-	var resp wire.Response
-	if out.Streamed {
-		if t.tap != nil {
-			resp = *t.tap.Response()
-		}
-	} else if parsed, err := t.codec.ParseResponse(out.Body); err == nil {
-		resp = parsed
-	} else {
-		p.log.Warn("unreadable upstream response", "run_id", r.ID, "err", err)
-	}
 	complete := resp.HasUsage || resp.FinishReason != ""
-	p.settle(ctx, t, g, &resp, now)
+	p.settle(ctx, t, g, resp, settling, now)
 	if resp.ErrorMessage != "" || !complete {
 		// The stream broke off (client gone, upstream error event): the
 		// spend is settled, but no decision was taken.
@@ -134,9 +155,9 @@ func (p *Pipeline) finishLocked(ctx context.Context, t *Turn, out Outcome, now t
 	if resp.Text != "" {
 		r.Partial = resp.Text
 	}
-	p.indexResponse(r, t.Req.API, &resp)
+	p.indexResponse(r, t.Req.API, resp)
 	if len(resp.ToolCalls) > 0 && !t.wrapUp {
-		return p.toolStep(t, g, &resp, out, now)
+		return p.toolStep(t, g, resp, out, now)
 	}
 	if t.wrapUp {
 		p.terminate(r, g, runstate.Termination{Reason: t.wrapLine, Mode: "wrap_up",
@@ -158,11 +179,22 @@ type headroomSettler interface {
 		keys []string, useFinalReserve bool) (head accounting.Vector, read bool, err error)
 }
 
-// settle books the actual usage. Without usage (a stream cut before its
-// usage arrived) the reservation's worst case is booked: the provider bills
-// what it generated, and a budget must never be under-counted.
-func (p *Pipeline) settle(ctx context.Context, t *Turn, g *governance, resp *wire.Response, now time.Time) {
-	r := t.run
+// settlement is what a settlement booked and, when the book read it in
+// the same round trip (headroomSettler), the headroom it left.
+type settlement struct {
+	actual       accounting.Vector
+	usage        wire.Usage
+	cost         accounting.Money
+	headroom     accounting.Vector
+	headroomRead bool
+	err          error
+}
+
+// settlementOf is what the call's settlement books. Without usage (a
+// stream cut before its usage arrived) the reservation's worst case is
+// booked: the provider bills what it generated, and a budget must never
+// be under-counted.
+func settlementOf(t *Turn, resp *wire.Response) settlement {
 	u := resp.Usage
 	var cost accounting.Money
 	if resp.HasUsage {
@@ -175,16 +207,52 @@ func (p *Pipeline) settle(ctx context.Context, t *Turn, g *governance, resp *wir
 	}
 	actual := accounting.Vector{Steps: 1, Tokens: u.InputTokens + u.OutputTokens, InputTokens: u.InputTokens,
 		OutputTokens: u.OutputTokens, ToolCalls: int64(len(resp.ToolCalls)), Cost: cost}
-	var err error
+	return settlement{actual: actual, usage: u, cost: cost}
+}
+
+// bookSettlement books a settlement, with the headroom left on ledgers
+// when the book reads it in the same round trip.
+func (p *Pipeline) bookSettlement(ctx context.Context, t *Turn, s *settlement, ledgers []string, now time.Time) {
 	if hs, ok := p.book.(headroomSettler); ok {
-		t.headroom, t.headroomRead, err = hs.SettleHeadroom(ctx, t.res, actual, now, g.ledgers, true)
+		s.headroom, s.headroomRead, s.err = hs.SettleHeadroom(ctx, t.res, s.actual, now, ledgers, true)
 	} else {
-		err = p.book.Settle(ctx, t.res, actual, now)
+		s.err = p.book.Settle(ctx, t.res, s.actual, now)
 	}
-	if err != nil {
+}
+
+// settleBehind books the call's settlement away from the caller, which
+// meanwhile takes the run's lock; settle receives it. The ledgers' names
+// are read under the run's mutex (refresh may replace its governance).
+func (p *Pipeline) settleBehind(ctx context.Context, t *Turn, resp *wire.Response, now time.Time) <-chan settlement {
+	s := settlementOf(t, resp)
+	t.run.Mu.Lock()
+	ledgers := govOf(t.run).ledgers
+	t.run.Mu.Unlock()
+	done := make(chan settlement, 1)
+	go func() {
+		p.bookSettlement(ctx, t, &s, ledgers, now)
+		done <- s
+	}()
+	return done
+}
+
+// settle books the actual usage (or takes what settleBehind booked) and
+// counts it on the run.
+func (p *Pipeline) settle(ctx context.Context, t *Turn, g *governance, resp *wire.Response, settling <-chan settlement, now time.Time) {
+	r := t.run
+	var s settlement
+	if settling != nil {
+		s = <-settling
+	} else {
+		s = settlementOf(t, resp)
+		p.bookSettlement(ctx, t, &s, g.ledgers, now)
+	}
+	u, cost := s.usage, s.cost
+	t.headroom, t.headroomRead = s.headroom, s.headroomRead
+	if s.err != nil {
 		// The money was spent: keep trying until the book is back.
-		p.log.Error("settlement deferred: ledger book unavailable", "run_id", r.ID, "err", err)
-		p.deferSettle(t.res, actual, now)
+		p.log.Error("settlement deferred: ledger book unavailable", "run_id", r.ID, "err", s.err)
+		p.deferSettle(t.res, s.actual, now)
 	}
 	c := &r.Counters
 	c.InputTokens += u.InputTokens

@@ -165,14 +165,21 @@ func (p *Pipeline) persist(r *runstate.Run) <-chan error {
 // run's state lets go of the lock too, and carried says so; the caller
 // unlocks itself when it is not carried or the commit failed.
 func (p *Pipeline) persistReleasing(r *runstate.Run, release store.Op) (saved <-chan error, carried bool) {
-	ops := p.persistOps(r)
+	ops, carried := p.persistOpsReleasing(r, release)
 	if ops == nil {
 		return nil, false
 	}
-	if release.Bucket == store.LockRelease {
+	return p.opts.Store.Apply(ops), carried
+}
+
+// persistOpsReleasing is persistReleasing's ops, for a caller that
+// commits them itself.
+func (p *Pipeline) persistOpsReleasing(r *runstate.Run, release store.Op) (ops []store.Op, carried bool) {
+	ops = p.persistOps(r)
+	if ops != nil && release.Bucket == store.LockRelease {
 		ops, carried = append(ops, release), true
 	}
-	return p.opts.Store.Apply(ops), carried
+	return ops, carried
 }
 
 // saveSoonWait bounds how long a new run whose first call went out stays

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -143,18 +145,23 @@ func countedReplica(tb testing.TB) (*pipeline.Pipeline, *roundTrips) {
 func (c *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (c *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
 		if cmd.Name() != "hello" {
 			c.n.Add(1)
 		}
-		return next(ctx, cmd)
+		return err
 	}
 }
+
+// ProcessPipelineHook counts a round trip once it is back, so one held
+// back by an inner hook (commitGate) is not counted while it waits.
 func (c *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
 		if len(cmds) == 0 || cmds[0].Name() != "client" {
 			c.n.Add(1)
 		}
-		return next(ctx, cmds)
+		return err
 	}
 }
 
@@ -163,7 +170,16 @@ func (c *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 // four steps, three answered with a tool call and the last with text. A
 // call's time is mostly its round trips to Redis, each waited for in turn;
 // rtt/call counts them (a command, a pipeline or a MULTI/EXEC each).
+// With provider=1ms a call waits that long between Begin and Finish, as
+// for a provider's answer, during which what Begin left behind it (its
+// commit) lands.
 func BenchmarkRedisAgentLoop(b *testing.B) {
+	for _, wait := range []time.Duration{0, time.Millisecond} {
+		b.Run("provider="+wait.String(), func(b *testing.B) { benchRedisAgentLoop(b, wait) })
+	}
+}
+
+func benchRedisAgentLoop(b *testing.B, provider time.Duration) {
 	p, rt := countedReplica(b)
 	book := rt.book
 	body := benchBody()
@@ -180,16 +196,30 @@ func BenchmarkRedisAgentLoop(b *testing.B) {
 	i := 0
 	rt.n.Store(0)
 	cpu0, rcpu0 := processCPU(), serverCPU(b, book)
+	var begin, finish time.Duration
 	for b.Loop() {
 		resp := answers[i%4]
+		t0 := time.Now()
 		t := p.Begin(ctx, &pipeline.Call{Body: body, RunID: prefix + strconv.Itoa(i/4)}, openai.Chat{})
 		if t.Answer != nil {
 			b.Fatalf("refused: %s", t.Answer.Body)
 		}
+		begin += time.Since(t0)
+		if provider > 0 {
+			time.Sleep(provider)
+		}
+		t1 := time.Now()
 		p.Finish(ctx, t, pipeline.Outcome{Status: 200, Body: resp})
 		p.Headers(t, func(string, string) {})
+		finish += time.Since(t1)
 		i++
 	}
+	// Begin's time is what a call waits for before it goes to the
+	// provider; Finish's, after the provider's answer, before the agent
+	// has it (with provider=0s also Begin's commit, when it lands behind
+	// the call: nothing hides it).
+	b.ReportMetric(float64(begin.Microseconds())/float64(i), "begin-µs/call")
+	b.ReportMetric(float64(finish.Microseconds())/float64(i), "finish-µs/call")
 	b.ReportMetric(float64(rt.n.Load())/float64(i), "rtt/call")
 	b.ReportMetric(float64((processCPU()-cpu0).Microseconds())/float64(i), "cpu-µs/call")
 	b.ReportMetric(float64((serverCPU(b, book)-rcpu0).Microseconds())/float64(i), "redis-cpu-µs/call")
@@ -223,15 +253,16 @@ func serverCPU(b *testing.B, book *Book) time.Duration {
 	return time.Duration(total * float64(time.Second))
 }
 
-// A governed call on Redis waits for each of its round trips in turn, so
-// their number is its latency: a run's first call takes at most 8 (the
-// run looked up; Begin's lock with the run's snapshot; the run's ledger
-// made and read; the reservation, with the budget header's read; the
-// commit that lets go of the lock; Finish's lock, the settlement with the
-// header's read again, the commit), the next ones 6, Begin's lock reading
-// the run's ledger too. There were 14
-// and 12 when a lock, its reads, its release and the header's read were
-// round trips of their own.
+// A governed call on Redis makes at most 8 round trips for a run's first
+// call (the run looked up; Begin's lock with the run's snapshot; the run's
+// ledger made and read; the reservation, with the budget header's read;
+// the commit that lets go of the lock; Finish's lock, the settlement with
+// the header's read again, the commit), 6 for the next ones, Begin's lock
+// reading the run's ledger too. There were 14 and 12 when a lock, its
+// reads, its release and the header's read were round trips of their own.
+// Two of them are no longer waited for in turn: Begin's commit lands
+// while the provider answers (TestBeginCommitsBehindTheCall), Finish's
+// settlement goes out with its lock (TestFinishSettlesBesideItsLock).
 func TestRedisCallRoundTrips(t *testing.T) {
 	t.Parallel()
 	p, rt := countedReplica(t)
@@ -259,9 +290,10 @@ func TestRedisCallRoundTrips(t *testing.T) {
 		}
 	}
 	// A stream, a new run's: its headers go out before its settlement, and
-	// its first byte waits for 5 round trips (the run looked up, the lock,
+	// its first byte waits for 4 round trips (the run looked up, the lock,
 	// the ledgers made and read, the reservation with the header's
-	// headroom, the commit); 9 when each was a round trip of its own.
+	// headroom); 9 when each was a round trip of its own and the commit
+	// was waited for, which may be back by now (5).
 	rt.n.Store(0)
 	body := bytes.Replace(benchBody(), []byte(`{"model"`), []byte(`{"stream":true,"model"`), 1)
 	tn := p.Begin(ctx, &pipeline.Call{Body: body, RunID: "r-stream"}, openai.Chat{})
@@ -273,4 +305,153 @@ func TestRedisCallRoundTrips(t *testing.T) {
 		t.Errorf("a stream's first byte waits for %d round trips, want at most 5", n)
 	}
 	p.Finish(ctx, tn, pipeline.Outcome{Status: 200, Streamed: true})
+}
+
+// commitGate holds back a client's commits (MULTI/EXEC with writes, not
+// the book's reads) while it is shut, and writes, in order, when each
+// lock is sent and each commit has landed.
+type commitGate struct {
+	shut atomic.Pointer[chan struct{}]
+	mu   sync.Mutex
+	log  []string
+	// settled, when set, holds back each lock until a settlement has been
+	// sent (closing it), for at most 5 s ("lock alone" in the log).
+	settled atomic.Pointer[chan struct{}]
+}
+
+func (g *commitGate) note(s string) {
+	g.mu.Lock()
+	g.log = append(g.log, s)
+	g.mu.Unlock()
+}
+
+func (g *commitGate) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (g *commitGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (g *commitGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		switch {
+		case len(cmds) == 0:
+		case cmds[0].Name() == "multi" && slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return c.Name() == "hset" }):
+			if shut := g.shut.Load(); shut != nil {
+				<-*shut
+			}
+			err := next(ctx, cmds)
+			g.note("commit")
+			return err
+		case cmds[0].Name() == "set":
+			if settled := g.settled.Load(); settled != nil {
+				select {
+				case <-*settled:
+				case <-time.After(5 * time.Second):
+					g.note("lock alone")
+				}
+			}
+			g.note("lock")
+		case cmds[0].Name() == "evalsha" && cmds[0].Args()[1] == settleScript.Hash():
+			if settled := g.settled.Swap(nil); settled != nil {
+				close(*settled)
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// On Redis, a forwarded call does not wait for Begin's commit (its state,
+// with the lock's release): the commit lands while the provider answers,
+// and Finish takes the run's lock only once it has, so the call's own
+// commit never makes its Finish wait for the lock. A stream's first byte
+// then waits for 4 round trips of a new run, the commit not among them.
+func TestBeginCommitsBehindTheCall(t *testing.T) {
+	t.Parallel()
+	p, rt := countedReplica(t)
+	gate := &commitGate{}
+	rt.book.rdb.AddHook(gate)
+	ctx := context.Background()
+	warm := p.Begin(ctx, &pipeline.Call{Body: benchBody(), RunID: "r-warm"}, openai.Chat{})
+	p.Finish(ctx, warm, pipeline.Outcome{Status: 200, Body: []byte(benchResponse)})
+	for _, stream := range []bool{false, true} {
+		body := benchBody()
+		if stream {
+			body = bytes.Replace(body, []byte(`{"model"`), []byte(`{"stream":true,"model"`), 1)
+		}
+		id := fmt.Sprintf("r-behind-%v", stream)
+		shut := make(chan struct{})
+		gate.shut.Store(&shut)
+		gate.mu.Lock()
+		gate.log = nil
+		gate.mu.Unlock()
+		rt.n.Store(0)
+		begun := make(chan *pipeline.Turn)
+		go func() { begun <- p.Begin(ctx, &pipeline.Call{Body: body, RunID: id}, openai.Chat{}) }()
+		var tn *pipeline.Turn
+		select {
+		case tn = <-begun:
+		case <-time.After(10 * time.Second):
+			close(shut)
+			t.Fatalf("stream %v: Begin waited for its commit", stream)
+		}
+		if tn.Answer != nil {
+			t.Fatalf("refused: %s", tn.Answer.Body)
+		}
+		if stream {
+			p.Headers(tn, func(string, string) {})
+		}
+		// The held commit is sent only once the gate opens: what Begin
+		// (and a stream's headers) waited for is counted by now.
+		if n := rt.n.Load(); n > 4 {
+			t.Errorf("stream %v: the call went out after %d round trips, want at most 4", stream, n)
+		}
+		finished := make(chan struct{})
+		go func() {
+			p.Finish(ctx, tn, pipeline.Outcome{Status: 200, Streamed: stream, Body: []byte(benchResponse)})
+			close(finished)
+		}()
+		// Time for a Finish that did not wait to send its lock.
+		time.Sleep(50 * time.Millisecond)
+		gate.shut.Store(nil)
+		close(shut)
+		<-finished
+		gate.mu.Lock()
+		log := strings.Join(gate.log, " ")
+		gate.mu.Unlock()
+		// Begin's lock, its commit, Finish's lock, Finish's commit.
+		if log != "lock commit lock commit" {
+			t.Errorf("stream %v: locks and commits in the order %q, want Finish's lock after Begin's commit", stream, log)
+		}
+	}
+}
+
+// On Redis, Finish's settlement does not wait for the run's lock: both go
+// out at once (the settlement needs no lock), one round trip fewer before
+// the answer leaves. The gate holds Finish's lock back until the
+// settlement has been sent, which a settlement made under the lock never
+// is.
+func TestFinishSettlesBesideItsLock(t *testing.T) {
+	t.Parallel()
+	p, rt := countedReplica(t)
+	gate := &commitGate{}
+	rt.book.rdb.AddHook(gate)
+	ctx := context.Background()
+	tn := p.Begin(ctx, &pipeline.Call{Body: benchBody(), RunID: "r-beside"}, openai.Chat{})
+	if tn.Answer != nil {
+		t.Fatalf("refused: %s", tn.Answer.Body)
+	}
+	settled := make(chan struct{})
+	gate.settled.Store(&settled)
+	p.Finish(ctx, tn, pipeline.Outcome{Status: 200, Body: []byte(benchResponse)})
+	gate.mu.Lock()
+	log := strings.Join(gate.log, " ")
+	gate.mu.Unlock()
+	if strings.Contains(log, "lock alone") {
+		t.Errorf("Finish took the run's lock before it sent the settlement (%q)", log)
+	}
+	var remaining string
+	p.Headers(tn, func(k, v string) {
+		if k == "X-Run-Budget-Remaining" {
+			remaining = v
+		}
+	})
+	if remaining == "" {
+		t.Error("no budget header after a settlement read beside the lock")
+	}
 }
