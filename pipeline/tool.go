@@ -125,6 +125,9 @@ type ToolTurn struct {
 	unreg    func()
 	started  time.Time
 	finished bool
+	// committing closes when BeginTool's commit, made behind the
+	// forwarded call (commitBehind), is done; nil otherwise.
+	committing <-chan struct{}
 }
 
 // RunID is the run the call was attributed to.
@@ -154,7 +157,12 @@ func (p *Pipeline) BeginTool(ctx context.Context, call *ToolCall) *ToolTurn {
 		tt.Answer = unavailableTool("run lock unavailable, retry later")
 		return tt
 	}
-	defer unlock()
+	released := false // by the commit of the run's state
+	defer func() {
+		if !released {
+			unlock()
+		}
+	}()
 	r.Mu.Lock()
 	if err := p.refresh(r, pre); err != nil {
 		r.Mu.Unlock()
@@ -162,10 +170,20 @@ func (p *Pipeline) BeginTool(ctx context.Context, call *ToolCall) *ToolTurn {
 		return tt
 	}
 	p.beginToolLocked(ctx, tt, r, created)
-	saved := p.persist(r)
+	ops, carried := p.persistOpsReleasing(r, pre.release)
 	r.Mu.Unlock()
-	// A ticket or a reservation must be committed to the store before the agent hears of it.
-	p.wait(saved, r.ID)
+	if ops == nil {
+		return tt
+	}
+	if tt.Answer == nil && p.shared() {
+		// As a model call's (Begin): the agent hears of this call only
+		// after FinishTool, which waits for the commit before its lock.
+		released = true
+		tt.committing = p.commitBehind(ops, carried, unlock, r.ID)
+		return tt
+	}
+	// A ticket or a refusal must be committed to the store before the agent hears of it.
+	released = p.wait(p.opts.Store.Apply(ops), r.ID) && carried
 	return tt
 }
 
@@ -349,20 +367,25 @@ func (p *Pipeline) FinishTool(ctx context.Context, tt *ToolTurn, out ToolOutcome
 	}
 	r := tt.run
 	ctx = context.WithoutCancel(ctx)
-	unlock, _, lockErr := p.lockRun(ctx, r.ID, false)
+	if tt.committing != nil {
+		<-tt.committing // bounded by persistWait: the lock is BeginTool's until then
+	}
+	unlock, pre, lockErr := p.lockRun(ctx, r.ID, false)
 	if lockErr != nil {
 		unlock = func() {}
 	}
 	r.Mu.Lock()
 	res := p.finishToolLocked(ctx, tt, out)
-	saved := p.persist(r)
+	saved, carried := p.persistReleasing(r, pre.release)
 	r.Mu.Unlock()
 	if tt.unreg != nil {
 		tt.unreg()
 	}
-	// The result leaves only once it is stored: a repeat must find it.
-	p.wait(saved, r.ID)
-	unlock()
+	// The result leaves only once it is stored: a repeat must find it
+	// (with the run's lock let go in the same commit, when it can be).
+	if !p.wait(saved, r.ID) || !carried {
+		unlock()
+	}
 	return res
 }
 

@@ -455,3 +455,51 @@ func TestFinishSettlesBesideItsLock(t *testing.T) {
 		t.Error("no budget header after a settlement read beside the lock")
 	}
 }
+
+// A tool call on Redis lets go of the run's lock in its commits too, as a
+// model call does: BeginTool's commit lands while the tool answers and
+// FinishTool's carries the release. A tool call took 6 round trips (a
+// lock, a commit and an unlock each side); now at most 4, and BeginTool
+// waits for 1, its lock, before the call goes to the tool.
+func TestRedisToolCallRoundTrips(t *testing.T) {
+	t.Parallel()
+	p, rt := countedReplica(t)
+	gate := &commitGate{}
+	rt.book.rdb.AddHook(gate)
+	ctx := context.Background()
+	resp := strings.Replace(benchResponse, `"content":"Done."},"finish_reason":"stop"`,
+		`"content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"read","arguments":"{\"page\":1}"}}]},"finish_reason":"tool_calls"`, 1)
+	tn := p.Begin(ctx, &pipeline.Call{Body: benchBody(), RunID: "r-tool"}, openai.Chat{})
+	if tn.Answer != nil {
+		t.Fatalf("refused: %s", tn.Answer.Body)
+	}
+	p.Finish(ctx, tn, pipeline.Outcome{Status: 200, Body: []byte(resp)})
+	for i := range 2 {
+		shut := make(chan struct{})
+		gate.shut.Store(&shut)
+		rt.n.Store(0)
+		begun := make(chan *pipeline.ToolTurn)
+		go func() {
+			begun <- p.BeginTool(ctx, &pipeline.ToolCall{Name: "read", Arguments: fmt.Appendf(nil, `{"page":%d}`, i+1), RunID: "r-tool"})
+		}()
+		var tt *pipeline.ToolTurn
+		select {
+		case tt = <-begun:
+		case <-time.After(10 * time.Second):
+			close(shut)
+			t.Fatalf("tool call %d: BeginTool waited for its commit", i+1)
+		}
+		if tt.Answer != nil {
+			t.Fatalf("tool call %d answered by the gateway: %+v", i+1, tt.Answer)
+		}
+		if n := rt.n.Load(); n > 1 {
+			t.Errorf("tool call %d went to the tool after %d round trips, want 1", i+1, n)
+		}
+		gate.shut.Store(nil)
+		close(shut)
+		p.FinishTool(ctx, tt, pipeline.ToolOutcome{Text: "page text"})
+		if n := rt.n.Load(); n > 4 {
+			t.Errorf("tool call %d: %d round trips, want at most 4", i+1, n)
+		}
+	}
+}
