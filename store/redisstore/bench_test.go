@@ -1,6 +1,8 @@
 package redisstore
 
 import (
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -26,10 +28,13 @@ var (
 
 // BenchmarkReserveSettle is one Reserve and one Settle (two round trips)
 // over three ledgers; ns/op is the latency of admitting and settling a call.
+// script-µs/op is the server's time in the two scripts (INFO
+// commandstats), which one server spends for every replica's calls.
 func BenchmarkReserveSettle(b *testing.B) {
 	a, _, _ := openPair(b)
 	keys := benchLedgers(b, a)
 	b.ReportAllocs()
+	s0 := scriptTime(b, a)
 	for b.Loop() {
 		h, sf, err := a.Reserve(ctx, keys, benchWant, false, time.Minute, t0)
 		if err != nil || sf != nil {
@@ -39,6 +44,27 @@ func BenchmarkReserveSettle(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+	b.ReportMetric(float64((scriptTime(b, a)-s0).Microseconds())/float64(b.N), "script-µs/op")
+}
+
+// scriptTime is the time the server has spent running scripts by their
+// digest (EVALSHA) since its statistics were last reset.
+func scriptTime(b *testing.B, bk *Book) time.Duration {
+	info, err := bk.rdb.Info(ctx, "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:"); ok {
+			for _, kv := range strings.Split(rest, ",") {
+				if v, ok := strings.CutPrefix(kv, "usec="); ok {
+					us, _ := strconv.ParseInt(v, 10, 64)
+					return time.Duration(us) * time.Microsecond
+				}
+			}
+		}
+	}
+	return 0
 }
 
 // BenchmarkReserveSettleParallel: every goroutine (on two replicas) draws

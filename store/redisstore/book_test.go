@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"math"
+	"math/big"
 	"math/rand/v2"
 	"strconv"
 	"sync"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/haltline/haltline/accounting"
+	"github.com/redis/go-redis/v9"
 )
 
 var (
@@ -927,4 +929,68 @@ func runAndTeam(t *testing.T, b *Book) []string {
 	ensure(t, b, accounting.LedgerSpec{Key: "run", Limit: accounting.Vector{Steps: 10, Cost: 1000}, FinalReserve: accounting.Vector{Cost: 100}},
 		accounting.LedgerSpec{Key: "team", Limit: accounting.Vector{Tokens: 5000}})
 	return []string{"run", "team", "missing"}
+}
+
+// TestInt64LuaMatchesGo holds the scripts' decimal arithmetic (int64Lua)
+// to Go's int64 over the values where its paths meet: a value printed
+// back as it was read (fmt takes a shorter path below 9·10^15 in
+// magnitude), saturating sums, and differences floored at 0, for the
+// boundaries and for random values of every magnitude.
+func TestInt64LuaMatchesGo(t *testing.T) {
+	t.Parallel()
+	a, _, _ := openPair(t)
+	vals := []int64{0, 1, -1, 999_999_999, 1_000_000_000, -999_999_999, -1_000_000_000, -1_000_000_001,
+		8_999_999_999_999_999, 9_000_000_000_000_000, 9_000_000_000_000_001, -8_999_999_999_999_999,
+		-9_000_000_000_000_000, -9_000_000_000_000_001, 8_999_999_000_000_000, -8_999_999_000_000_000,
+		1 << 53, 1<<53 + 1, -(1 << 53) - 1, 999_999_999_999_999, 1_000_000_000_000_000,
+		math.MaxInt64, math.MaxInt64 - 1, math.MinInt64, math.MinInt64 + 1}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 400 {
+		v := rng.Int64() >> rng.IntN(63)
+		if rng.IntN(2) == 0 {
+			v = -v
+		}
+		vals = append(vals, v)
+	}
+	script := redis.NewScript(int64Lua + `
+local out = {}
+for i = 1, #ARGV, 2 do
+  local ah, al = parse(ARGV[i])
+  local bh, bl = parse(ARGV[i + 1])
+  out[#out + 1] = fmt(ah, al)
+  out[#out + 1] = fmt(clamp(add(ah, al, bh, bl)))
+  out[#out + 1] = fmt(nonneg(sub(ah, al, bh, bl)))
+end
+return out`)
+	var args []any
+	var want []string
+	for i, x := range vals {
+		y := vals[(i*7+3)%len(vals)]
+		args = append(args, strconv.FormatInt(x, 10), strconv.FormatInt(y, 10))
+		bx, by := big.NewInt(x), big.NewInt(y)
+		sum := new(big.Int).Add(bx, by)
+		if sum.IsInt64() {
+			want = append(want, strconv.FormatInt(x, 10), sum.String())
+		} else if sum.Sign() > 0 {
+			want = append(want, strconv.FormatInt(x, 10), strconv.FormatInt(math.MaxInt64, 10))
+		} else {
+			want = append(want, strconv.FormatInt(x, 10), strconv.FormatInt(math.MinInt64, 10))
+		}
+		// A difference is not clamped (the limbs hold it), only floored.
+		diff := new(big.Int).Sub(bx, by)
+		if diff.Sign() < 0 {
+			diff.SetInt64(0)
+		}
+		want = append(want, diff.String())
+	}
+	got, err := script.Run(ctx, a.rdb, nil, args...).StringSlice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			x, y := args[i/3*2], args[i/3*2+1]
+			t.Errorf("%s, %s: %s is %s, want %s", x, y, []string{"read back", "sum", "difference"}[i%3], got[i], want[i])
+		}
+	}
 }
