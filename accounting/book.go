@@ -31,6 +31,15 @@ type LedgerSnapshot struct {
 	Limit, Spent, Reserved Vector
 }
 
+// Rider is a settlement a remote book made ready to go out in the round
+// trip of another request to the same server (a run's lock), or on its
+// own when none carries it. Result gives what it came to — the
+// settlement's error, and the headroom it left on the ledgers named, when
+// read — sending it first if nothing has; call it once.
+type Rider interface {
+	Result(ctx context.Context) (head Vector, headRead bool, err error)
+}
+
 // Book is where ledgers live: in this process (MemBook) or shared by
 // several replicas (a Redis book). Every method is safe for concurrent use;
 // an error means the book could not be reached, and a caller that draws on

@@ -40,16 +40,16 @@ func (p *Pipeline) Finish(ctx context.Context, t *Turn, out Outcome) *Answer {
 	if ok {
 		resp = p.response(t, out)
 	}
-	var settling <-chan settlement
+	// A settlement needs no run lock: on a shared store it goes out in the
+	// lock's round trip when book and lock can (a rider).
+	var rider accounting.Rider
 	if ok && p.shared() {
-		// The book needs no run lock: on a shared store the settlement's
-		// round trip and the lock's go out together.
-		settling = p.settleBehind(ctx, t, &resp, now)
+		rider = p.settleAhead(t, &resp, now)
 	}
 	if t.committing != nil {
 		<-t.committing // bounded by persistWait: the lock is Begin's until then
 	}
-	unlock, pre, lockErr := p.lockRun(ctx, r.ID, false)
+	unlock, pre, lockErr := p.lockRunRiding(ctx, r.ID, false, rider)
 	if lockErr != nil {
 		// Settle anyway: the book is the source of truth for money; the
 		// run's record catches up at its next call.
@@ -64,7 +64,7 @@ func (p *Pipeline) Finish(ctx context.Context, t *Turn, out Outcome) *Answer {
 	// headers show after Finish is read anew (with the settlement, when the
 	// book can), as a released reservation changes it too.
 	t.headroomRead = false
-	answer := p.finishLocked(ctx, t, out, &resp, settling, now)
+	answer := p.finishLocked(ctx, t, out, &resp, rider, now)
 	p.recordFinish(t, out, now)
 	p.closeReservation(t, govOf(r))
 	saved, carried := p.persistReleasing(r, pre.release)
@@ -121,9 +121,9 @@ func (p *Pipeline) response(t *Turn, out Outcome) wire.Response {
 }
 
 // finishLocked finishes the call under the run's locks; resp is the
-// provider's answer (read when the status is 2xx), settling the
-// settlement's result when settleBehind started it.
-func (p *Pipeline) finishLocked(ctx context.Context, t *Turn, out Outcome, resp *wire.Response, settling <-chan settlement, now time.Time) *Answer {
+// provider's answer (read when the status is 2xx), rider the settlement
+// when it rode in the lock's round trip (settleAhead).
+func (p *Pipeline) finishLocked(ctx context.Context, t *Turn, out Outcome, resp *wire.Response, rider accounting.Rider, now time.Time) *Answer {
 	r, g := t.run, govOf(t.run)
 	r.Inflight--
 	if ok := out.Status >= 200 && out.Status < 300; !ok {
@@ -139,7 +139,7 @@ func (p *Pipeline) finishLocked(ctx context.Context, t *Turn, out Outcome, resp 
 		return p.transportFailure(t, g, out.Err, now)
 	}
 	complete := resp.HasUsage || resp.FinishReason != ""
-	p.settle(ctx, t, g, resp, settling, now)
+	p.settle(ctx, t, g, resp, rider, now)
 	if resp.ErrorMessage != "" || !complete {
 		// The stream broke off (client gone, upstream error event): the
 		// spend is settled, but no decision was taken.
@@ -220,31 +220,36 @@ func (p *Pipeline) bookSettlement(ctx context.Context, t *Turn, s *settlement, l
 	}
 }
 
-// settleBehind books the call's settlement away from the caller, which
-// meanwhile takes the run's lock; settle receives it. The ledgers' names
-// are read under the run's mutex (refresh may replace its governance).
-func (p *Pipeline) settleBehind(ctx context.Context, t *Turn, resp *wire.Response, now time.Time) <-chan settlement {
-	s := settlementOf(t, resp)
+// settleRiding is a book whose settlement can ride in another request's
+// round trip (redisstore.Book: a run lock's, lockRiding).
+type settleRiding interface {
+	SettleRider(h *accounting.Hold, actual accounting.Vector, now time.Time, keys []string, useFinalReserve bool) accounting.Rider
+}
+
+// settleAhead makes the call's settlement ready to ride in the round
+// trip of the run's lock that Finish takes next, when the book and the
+// lock can carry one (else nil: settle books it under the lock). The
+// ledgers' names are read under the run's mutex (refresh may replace its
+// governance).
+func (p *Pipeline) settleAhead(t *Turn, resp *wire.Response, now time.Time) accounting.Rider {
+	sr, ok := p.book.(settleRiding)
+	if _, riding := p.opts.RunLock.(lockRiding); !ok || !riding {
+		return nil
+	}
 	t.run.Mu.Lock()
 	ledgers := govOf(t.run).ledgers
 	t.run.Mu.Unlock()
-	done := make(chan settlement, 1)
-	go func() {
-		p.bookSettlement(ctx, t, &s, ledgers, now)
-		done <- s
-	}()
-	return done
+	return sr.SettleRider(t.res, settlementOf(t, resp).actual, now, ledgers, true)
 }
 
-// settle books the actual usage (or takes what settleBehind booked) and
+// settle books the actual usage (or takes what the rider booked) and
 // counts it on the run.
-func (p *Pipeline) settle(ctx context.Context, t *Turn, g *governance, resp *wire.Response, settling <-chan settlement, now time.Time) {
+func (p *Pipeline) settle(ctx context.Context, t *Turn, g *governance, resp *wire.Response, rider accounting.Rider, now time.Time) {
 	r := t.run
-	var s settlement
-	if settling != nil {
-		s = <-settling
+	s := settlementOf(t, resp)
+	if rider != nil {
+		s.headroom, s.headroomRead, s.err = rider.Result(ctx)
 	} else {
-		s = settlementOf(t, resp)
 		p.bookSettlement(ctx, t, &s, g.ledgers, now)
 	}
 	u, cost := s.usage, s.cost

@@ -32,6 +32,12 @@ type RunLockReader interface {
 	LockRead(ctx context.Context, runID, ledger string, now time.Time) (unlock func(), release store.Op, snapshot []byte, state *accounting.LedgerSnapshot, err error)
 }
 
+// lockRiding is a RunLockReader whose lock's round trip can carry a
+// settlement too (an accounting.Rider of the book's: settleRiding).
+type lockRiding interface {
+	LockReadRiding(ctx context.Context, runID, ledger string, now time.Time, rider accounting.Rider) (unlock func(), release store.Op, snapshot []byte, state *accounting.LedgerSnapshot, err error)
+}
+
 // shared reports that several replicas share runs through the store.
 func (p *Pipeline) shared() bool { return p.opts.RunLock != nil && p.opts.Store != nil }
 
@@ -49,6 +55,12 @@ type prefetched struct {
 // run's stored snapshot when the lock can read it, and the run's own
 // ledger's state too when admission will read it (ledger).
 func (p *Pipeline) lockRun(ctx context.Context, runID string, ledger bool) (func(), prefetched, error) {
+	return p.lockRunRiding(ctx, runID, ledger, nil)
+}
+
+// lockRunRiding is lockRun with rider, when not nil, sent in the lock's
+// round trip; only a lockRiding lock is given one (see Finish).
+func (p *Pipeline) lockRunRiding(ctx context.Context, runID string, ledger bool, rider accounting.Rider) (func(), prefetched, error) {
 	if !p.shared() {
 		return func() {}, prefetched{}, nil
 	}
@@ -57,7 +69,16 @@ func (p *Pipeline) lockRun(ctx context.Context, runID string, ledger bool) (func
 		if ledger {
 			key = runLedgerPrefix + runID
 		}
-		unlock, release, v, state, err := lr.LockRead(ctx, runID, key, p.now())
+		var unlock func()
+		var release store.Op
+		var v []byte
+		var state *accounting.LedgerSnapshot
+		var err error
+		if rl, ok := lr.(lockRiding); ok && rider != nil {
+			unlock, release, v, state, err = rl.LockReadRiding(ctx, runID, key, p.now(), rider)
+		} else {
+			unlock, release, v, state, err = lr.LockRead(ctx, runID, key, p.now())
+		}
 		return unlock, prefetched{snapshot: v, read: err == nil, ledger: state, release: release}, err
 	}
 	unlock, err := p.opts.RunLock.Lock(ctx, runID)

@@ -187,14 +187,26 @@ func (b *Book) EnsureRead(ctx context.Context, specs []accounting.LedgerSpec, no
 // caller runs it again through the Script, which loads it, and reads
 // anew. err is any other error of the script's.
 func (b *Book) scriptThenRead(ctx context.Context, script *redis.Script, keys []string, args []any, ledgers []string) (res *redis.Cmd, reads []*redis.SliceCmd, noScript bool, err error) {
-	reads = make([]*redis.SliceCmd, len(ledgers))
 	_, _ = b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		res = script.EvalSha(ctx, p, keys, args...)
-		for i, k := range ledgers {
-			reads[i] = p.HMGet(ctx, b.ledgerKey(k), ledgerFields...)
-		}
+		res, reads = b.queueScriptThenRead(ctx, p, script, keys, args, ledgers)
 		return nil
 	})
+	return scriptThenReadResult(res, reads)
+}
+
+// queueScriptThenRead queues scriptThenRead's commands on p.
+func (b *Book) queueScriptThenRead(ctx context.Context, p redis.Pipeliner, script *redis.Script, keys []string, args []any, ledgers []string) (*redis.Cmd, []*redis.SliceCmd) {
+	res := script.EvalSha(ctx, p, keys, args...)
+	reads := make([]*redis.SliceCmd, len(ledgers))
+	for i, k := range ledgers {
+		reads[i] = p.HMGet(ctx, b.ledgerKey(k), ledgerFields...)
+	}
+	return res, reads
+}
+
+// scriptThenReadResult is scriptThenRead's answer once its commands are
+// back.
+func scriptThenReadResult(res *redis.Cmd, reads []*redis.SliceCmd) (*redis.Cmd, []*redis.SliceCmd, bool, error) {
 	if err := res.Err(); err != nil {
 		if redis.HasErrorPrefix(err, "NOSCRIPT") {
 			return res, reads, true, nil
@@ -358,13 +370,17 @@ func (b *Book) Settle(ctx context.Context, h *accounting.Hold, actual accounting
 	if h == nil || h.ID == "" {
 		return nil
 	}
-	var abuf [8]any
-	args := append(abuf[:0], micros(now), h.ID)
-	args = appendDims(args, actual, true)
-	if err := settleScript.Run(ctx, b.rdb, []string{b.holds, b.holdPrefix() + h.ID}, args...).Err(); err != nil {
+	keys, args := b.settleArgs(h, actual, now)
+	if err := settleScript.Run(ctx, b.rdb, keys, args...).Err(); err != nil {
 		return fmt.Errorf("redis book: settle: %w", err)
 	}
 	return nil
+}
+
+// settleArgs is the settle script's keys and arguments.
+func (b *Book) settleArgs(h *accounting.Hold, actual accounting.Vector, now time.Time) ([]string, []any) {
+	args := make([]any, 0, 8)
+	return []string{b.holds, b.holdPrefix() + h.ID}, appendDims(append(args, micros(now), h.ID), actual, true)
 }
 
 // Release implements accounting.Book: exactly once, and not after a sweep.
@@ -524,31 +540,73 @@ func (b *Book) Headroom(ctx context.Context, keys []string, useFinalReserve bool
 // settlement. err is the settlement's; read is false when only the
 // headroom could not be read.
 func (b *Book) SettleHeadroom(ctx context.Context, h *accounting.Hold, actual accounting.Vector, now time.Time, keys []string, useFinalReserve bool) (head accounting.Vector, read bool, err error) {
-	if h == nil || h.ID == "" {
-		head, err := b.Headroom(ctx, keys, useFinalReserve, now)
+	return b.SettleRider(h, actual, now, keys, useFinalReserve).Result(ctx)
+}
+
+// SettleRider makes SettleHeadroom's settlement ready to go out in a run
+// lock's round trip (Store.LockReadRiding, on the same client), one
+// round trip fewer than a settlement of its own; its Result is
+// SettleHeadroom's.
+func (b *Book) SettleRider(h *accounting.Hold, actual accounting.Vector, now time.Time, keys []string, useFinalReserve bool) accounting.Rider {
+	return &settleRider{b: b, h: h, actual: actual, now: now, keys: keys, useFinalReserve: useFinalReserve}
+}
+
+// settleRider is a settlement with the read of the headroom it leaves:
+// the settle script and the ledgers' HMGETs, pipelined after whatever
+// the pipeline carrying them holds (Redis runs a pipeline in order).
+type settleRider struct {
+	b               *Book
+	h               *accounting.Hold
+	actual          accounting.Vector
+	now             time.Time
+	keys            []string
+	useFinalReserve bool
+	res             *redis.Cmd // set once queued
+	reads           []*redis.SliceCmd
+}
+
+// queue adds the settlement to p, when it has one to make.
+func (r *settleRider) queue(ctx context.Context, p redis.Pipeliner) {
+	if r.h == nil || r.h.ID == "" || r.res != nil {
+		return
+	}
+	keys, args := r.b.settleArgs(r.h, r.actual, r.now)
+	r.res, r.reads = r.b.queueScriptThenRead(ctx, p, settleScript, keys, args, r.keys)
+}
+
+// Result implements accounting.Rider: the settlement goes out on its own
+// when no pipeline carried it. A settlement the server could not run
+// (NOSCRIPT) is made again through Settle, which loads the script, and
+// the headroom read after it.
+func (r *settleRider) Result(ctx context.Context) (head accounting.Vector, read bool, err error) {
+	b := r.b
+	if r.h == nil || r.h.ID == "" {
+		head, err := b.Headroom(ctx, r.keys, r.useFinalReserve, r.now)
 		return head, err == nil, nil
 	}
-	var abuf [8]any
-	args := append(abuf[:0], micros(now), h.ID)
-	args = appendDims(args, actual, true)
-	_, cmds, noScript, err := b.scriptThenRead(ctx, settleScript, []string{b.holds, b.holdPrefix() + h.ID}, args, keys)
+	if r.res == nil {
+		_, _ = b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			r.queue(ctx, p)
+			return nil
+		})
+	}
+	_, cmds, noScript, err := scriptThenReadResult(r.res, r.reads)
 	if err != nil {
 		return head, false, fmt.Errorf("redis book: settle: %w", err)
 	}
 	if noScript {
-		// Nothing was settled. Settle loads the script again; the reads
-		// follow it.
-		if err := b.Settle(ctx, h, actual, now); err != nil {
+		// Nothing was settled.
+		if err := b.Settle(ctx, r.h, r.actual, r.now); err != nil {
 			return head, false, err
 		}
-		head, err := b.Headroom(ctx, keys, useFinalReserve, now)
+		head, err := b.Headroom(ctx, r.keys, r.useFinalReserve, r.now)
 		return head, err == nil, nil
 	}
-	ls, err := views(keys, cmds, now)
+	ls, err := views(r.keys, cmds, r.now)
 	if err != nil {
 		return head, false, nil
 	}
-	return headroom(ls, useFinalReserve), true, nil
+	return headroom(ls, r.useFinalReserve), true, nil
 }
 
 // headroom is Headroom's answer from the ledgers' views (nil: a missing ledger).

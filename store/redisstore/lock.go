@@ -38,7 +38,7 @@ var unlockScript = redis.NewScript(unlockSrc)
 // Lock takes the cross-replica lock of a run, waiting (bounded) while
 // another replica holds it.
 func (s *Store) Lock(ctx context.Context, runID string) (func(), error) {
-	unlock, _, _, _, err := s.lock(ctx, runID, "", time.Time{}, false)
+	unlock, _, _, _, err := s.lock(ctx, runID, "", time.Time{}, false, nil)
 	return unlock, err
 }
 
@@ -54,10 +54,23 @@ func (s *Store) Lock(ctx context.Context, runID string) (func(), error) {
 // writes: a round trip fewer than unlock, which stays for every other way
 // out.
 func (s *Store) LockRead(ctx context.Context, runID, ledger string, now time.Time) (unlock func(), release store.Op, snapshot []byte, state *accounting.LedgerSnapshot, err error) {
-	return s.lock(ctx, runID, ledger, now, true)
+	return s.lock(ctx, runID, ledger, now, true, nil)
 }
 
-func (s *Store) lock(ctx context.Context, runID, ledger string, now time.Time, read bool) (func(), store.Op, []byte, *accounting.LedgerSnapshot, error) {
+// LockReadRiding is LockRead with a settlement riding in the lock's
+// first round trip (Book.SettleRider, of a Book on this Store's client;
+// another rider goes out by itself at its Result): a settlement needs no
+// run lock, and Finish takes one next. Whether or not the lock is had,
+// the rider's Result then tells what the settlement came to.
+func (s *Store) LockReadRiding(ctx context.Context, runID, ledger string, now time.Time, rider accounting.Rider) (unlock func(), release store.Op, snapshot []byte, state *accounting.LedgerSnapshot, err error) {
+	r, _ := rider.(*settleRider)
+	if r != nil && r.b.rdb != s.rdb {
+		r = nil
+	}
+	return s.lock(ctx, runID, ledger, now, true, r)
+}
+
+func (s *Store) lock(ctx context.Context, runID, ledger string, now time.Time, read bool, rider *settleRider) (func(), store.Op, []byte, *accounting.LedgerSnapshot, error) {
 	var b [12]byte
 	_, _ = rand.Read(b[:])
 	token := hex.EncodeToString(b[:])
@@ -80,6 +93,9 @@ func (s *Store) lock(ctx context.Context, runID, ledger string, now time.Time, r
 				get = p.HGet(ctx, s.valsKey(store.Runs), runID)
 				if ledger != "" {
 					led = p.HMGet(ctx, ledgerKey(s.prefix, ledger), ledgerFields...)
+				}
+				if rider != nil {
+					rider.queue(ctx, p) // once: a retry leaves it out
 				}
 				return nil
 			})

@@ -253,16 +253,16 @@ func serverCPU(b *testing.B, book *Book) time.Duration {
 	return time.Duration(total * float64(time.Second))
 }
 
-// A governed call on Redis makes at most 8 round trips for a run's first
+// A governed call on Redis makes at most 7 round trips for a run's first
 // call (the run looked up; Begin's lock with the run's snapshot; the run's
 // ledger made and read; the reservation, with the budget header's read;
-// the commit that lets go of the lock; Finish's lock, the settlement with
-// the header's read again, the commit), 6 for the next ones, Begin's lock
-// reading the run's ledger too. There were 14 and 12 when a lock, its
-// reads, its release and the header's read were round trips of their own.
-// Two of them are no longer waited for in turn: Begin's commit lands
-// while the provider answers (TestBeginCommitsBehindTheCall), Finish's
-// settlement goes out with its lock (TestFinishSettlesBesideItsLock).
+// the commit that lets go of the lock; Finish's lock with the settlement
+// and the header's read again; the commit), 5 for the next ones, Begin's
+// lock reading the run's ledger too. There were 14 and 12 when a lock,
+// its reads, its release, the header's read and the settlement were
+// round trips of their own. Begin's commit is not waited for before the
+// call goes out: it lands while the provider answers
+// (TestBeginCommitsBehindTheCall).
 func TestRedisCallRoundTrips(t *testing.T) {
 	t.Parallel()
 	p, rt := countedReplica(t)
@@ -281,9 +281,9 @@ func TestRedisCallRoundTrips(t *testing.T) {
 		}
 		p.Finish(ctx, tn, pipeline.Outcome{Status: 200, Body: fmt.Appendf(nil, resp, step, step)})
 		p.Headers(tn, func(string, string) {})
-		want := int64(6)
+		want := int64(5)
 		if step == 0 {
-			want = 8
+			want = 7
 		}
 		if n := rt.n.Load(); n > want {
 			t.Errorf("step %d: %d round trips, want at most %d", step+1, n, want)
@@ -307,16 +307,18 @@ func TestRedisCallRoundTrips(t *testing.T) {
 	p.Finish(ctx, tn, pipeline.Outcome{Status: 200, Streamed: true})
 }
 
+func isSettlement(c redis.Cmder) bool {
+	return c.Name() == "evalsha" && len(c.Args()) > 1 && c.Args()[1] == settleScript.Hash()
+}
+
 // commitGate holds back a client's commits (MULTI/EXEC with writes, not
 // the book's reads) while it is shut, and writes, in order, when each
-// lock is sent and each commit has landed.
+// lock (with a settlement in its round trip or not) and each settlement
+// of its own is sent, and when each commit has landed.
 type commitGate struct {
 	shut atomic.Pointer[chan struct{}]
 	mu   sync.Mutex
 	log  []string
-	// settled, when set, holds back each lock until a settlement has been
-	// sent (closing it), for at most 5 s ("lock alone" in the log).
-	settled atomic.Pointer[chan struct{}]
 }
 
 func (g *commitGate) note(s string) {
@@ -339,18 +341,13 @@ func (g *commitGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 			g.note("commit")
 			return err
 		case cmds[0].Name() == "set":
-			if settled := g.settled.Load(); settled != nil {
-				select {
-				case <-*settled:
-				case <-time.After(5 * time.Second):
-					g.note("lock alone")
-				}
+			if slices.ContainsFunc(cmds, isSettlement) {
+				g.note("lock+settle")
+			} else {
+				g.note("lock")
 			}
-			g.note("lock")
-		case cmds[0].Name() == "evalsha" && cmds[0].Args()[1] == settleScript.Hash():
-			if settled := g.settled.Swap(nil); settled != nil {
-				close(*settled)
-			}
+		case isSettlement(cmds[0]):
+			g.note("settle")
 		}
 		return next(ctx, cmds)
 	}
@@ -414,45 +411,60 @@ func TestBeginCommitsBehindTheCall(t *testing.T) {
 		gate.mu.Lock()
 		log := strings.Join(gate.log, " ")
 		gate.mu.Unlock()
-		// Begin's lock, its commit, Finish's lock, Finish's commit.
-		if log != "lock commit lock commit" {
+		// Begin's lock, its commit, Finish's lock with its settlement,
+		// Finish's commit.
+		if log != "lock commit lock+settle commit" {
 			t.Errorf("stream %v: locks and commits in the order %q, want Finish's lock after Begin's commit", stream, log)
 		}
 	}
 }
 
-// On Redis, Finish's settlement does not wait for the run's lock: both go
-// out at once (the settlement needs no lock), one round trip fewer before
-// the answer leaves. The gate holds Finish's lock back until the
-// settlement has been sent, which a settlement made under the lock never
-// is.
-func TestFinishSettlesBesideItsLock(t *testing.T) {
+// On Redis, Finish's settlement goes out in the round trip of its run's
+// lock (a settlement needs no lock): Finish waits for 2 round trips,
+// where it waited for 3, a settlement, the lock, the commit, one after
+// the other.
+func TestFinishSettlesInItsLocksRoundTrip(t *testing.T) {
 	t.Parallel()
 	p, rt := countedReplica(t)
 	gate := &commitGate{}
 	rt.book.rdb.AddHook(gate)
 	ctx := context.Background()
-	tn := p.Begin(ctx, &pipeline.Call{Body: benchBody(), RunID: "r-beside"}, openai.Chat{})
-	if tn.Answer != nil {
-		t.Fatalf("refused: %s", tn.Answer.Body)
-	}
-	settled := make(chan struct{})
-	gate.settled.Store(&settled)
-	p.Finish(ctx, tn, pipeline.Outcome{Status: 200, Body: []byte(benchResponse)})
-	gate.mu.Lock()
-	log := strings.Join(gate.log, " ")
-	gate.mu.Unlock()
-	if strings.Contains(log, "lock alone") {
-		t.Errorf("Finish took the run's lock before it sent the settlement (%q)", log)
-	}
-	var remaining string
-	p.Headers(tn, func(k, v string) {
-		if k == "X-Run-Budget-Remaining" {
-			remaining = v
+	// A call first, on another run: the server may have to load the
+	// scripts again (a test flushed them).
+	warm := p.Begin(ctx, &pipeline.Call{Body: benchBody(), RunID: "r-warm"}, openai.Chat{})
+	p.Finish(ctx, warm, pipeline.Outcome{Status: 200, Body: []byte(benchResponse)})
+	for step := range 2 {
+		tn := p.Begin(ctx, &pipeline.Call{Body: benchBody(), RunID: "r-riding"}, openai.Chat{})
+		if tn.Answer != nil {
+			t.Fatalf("refused: %s", tn.Answer.Body)
 		}
-	})
-	if remaining == "" {
-		t.Error("no budget header after a settlement read beside the lock")
+		gate.mu.Lock()
+		gate.log = nil
+		gate.mu.Unlock()
+		rt.n.Store(0)
+		resp := strings.Replace(benchResponse, `"content":"Done."},"finish_reason":"stop"`,
+			fmt.Sprintf(`"content":null,"tool_calls":[{"id":"call_%d","type":"function","function":{"name":"read","arguments":"{\"page\":%d}"}}]},"finish_reason":"tool_calls"`, step, step), 1)
+		p.Finish(ctx, tn, pipeline.Outcome{Status: 200, Body: []byte(resp)})
+		n := rt.n.Load()
+		gate.mu.Lock()
+		log := strings.Join(gate.log, " ")
+		gate.mu.Unlock()
+		// Begin's commit lands behind the call: Finish waits for it first.
+		if !strings.HasSuffix(log, "lock+settle commit") || strings.Contains(log, " settle") {
+			t.Errorf("step %d: Finish sent %q, want its settlement in its lock's round trip", step+1, log)
+		}
+		if n > 3 {
+			t.Errorf("step %d: Finish made %d round trips, want at most 3 (Begin's commit, the lock with the settlement, the commit)", step+1, n)
+		}
+		var remaining string
+		p.Headers(tn, func(k, v string) {
+			if k == pipeline.HeaderBudgetRemaining {
+				remaining = v
+			}
+		})
+		if remaining == "" {
+			t.Errorf("step %d: no budget header after a settlement read in the lock's round trip", step+1)
+		}
 	}
 }
 
