@@ -9,7 +9,6 @@ import (
 	"github.com/haltline/haltline/accounting"
 	"github.com/haltline/haltline/policy"
 	"github.com/haltline/haltline/runstate"
-	"github.com/haltline/haltline/store"
 	"github.com/haltline/haltline/wire"
 )
 
@@ -66,11 +65,18 @@ func (p *Pipeline) Begin(ctx context.Context, call *Call, codec wire.Codec) *Tur
 	// end) is written before it leaves, as is everything when replicas
 	// share the store.
 	var saved <-chan error
-	var ops []store.Op
 	carried := false
 	switch {
 	case p.shared() && t.Answer == nil && !r.State.Final():
-		ops, carried = p.persistOpsReleasing(r, pre.release)
+		// A forwarded call goes on while its commit is on its way: the
+		// commit lets go of the lock after its writes (carried), so the
+		// next replica to take the lock sees them whenever it lands; the
+		// call's Finish lands it before taking the lock again. The
+		// reservation is in the book already: a crash before the commit
+		// loses what the embedded store's Later loses, the call's start.
+		if t.committing = p.persistBehind(r, pre.release, unlock); t.committing == nil {
+			saved, carried = p.persistReleasing(r, pre.release)
+		}
 	case p.shared():
 		saved, carried = p.persistReleasing(r, pre.release)
 	case t.Answer != nil || r.State.Final():
@@ -82,34 +88,13 @@ func (p *Pipeline) Begin(ctx context.Context, call *Call, codec wire.Codec) *Tur
 	}
 	r.Mu.Unlock()
 	switch {
-	case ops != nil:
-		// A forwarded call goes on while its commit is on its way: the
-		// commit lets go of the lock after its writes (carried), so the
-		// next replica to take the lock sees them whenever it lands; the
-		// call's Finish waits for it before taking the lock again. The
-		// reservation is in the book already: a crash before the commit
-		// loses what the embedded store's Later loses, the call's start.
-		released = true
-		t.committing = p.commitBehind(ops, carried, unlock, r.ID)
+	case t.committing != nil:
+		released = true // by Finish, which lands the commit
 	case p.shared():
-		// An answer given here leaves once the next replica would see it.
+		// The next replica to take the lock must see this.
 		released = p.wait(saved, r.ID) && carried
 	}
 	return t
-}
-
-// commitBehind commits ops away from the caller and then lets go of the
-// run's lock unless the commit did (carried, and committed); the channel
-// closes when both are done.
-func (p *Pipeline) commitBehind(ops []store.Op, carried bool, unlock func(), runID string) <-chan struct{} {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if !p.wait(p.opts.Store.Apply(ops), runID) || !carried {
-			unlock()
-		}
-	}()
-	return done
 }
 
 func (p *Pipeline) beginLocked(ctx context.Context, t *Turn, r *runstate.Run, created bool) {

@@ -131,9 +131,9 @@ type Turn struct {
 	// (RunLockReader) or, for a new run, as the book made it
 	// (ensureReader), for admission; nil otherwise.
 	ledgerAtLock *accounting.LedgerSnapshot
-	// committing closes when Begin's commit, made behind the forwarded
-	// call (commitBehind), is done; nil when Begin committed in line.
-	committing <-chan struct{}
+	// committing is Begin's commit, made behind the forwarded call, for
+	// Finish to land; nil when Begin committed in line.
+	committing *commitBehind
 }
 
 // Feed passes a piece of the upstream stream through the usage tap and

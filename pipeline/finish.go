@@ -47,7 +47,7 @@ func (p *Pipeline) Finish(ctx context.Context, t *Turn, out Outcome) *Answer {
 		rider = p.settleAhead(t, &resp, now)
 	}
 	if t.committing != nil {
-		<-t.committing // bounded by persistWait: the lock is Begin's until then
+		p.land(t.committing, r.ID) // the lock is Begin's until then
 	}
 	unlock, pre, lockErr := p.lockRunRiding(ctx, r.ID, false, rider)
 	if lockErr != nil {

@@ -165,21 +165,59 @@ func (p *Pipeline) persist(r *runstate.Run) <-chan error {
 // run's state lets go of the lock too, and carried says so; the caller
 // unlocks itself when it is not carried or the commit failed.
 func (p *Pipeline) persistReleasing(r *runstate.Run, release store.Op) (saved <-chan error, carried bool) {
-	ops, carried := p.persistOpsReleasing(r, release)
+	ops := p.persistOps(r)
 	if ops == nil {
 		return nil, false
+	}
+	if release.Bucket == store.LockRelease {
+		ops, carried = append(ops, release), true
 	}
 	return p.opts.Store.Apply(ops), carried
 }
 
-// persistOpsReleasing is persistReleasing's ops, for a caller that
-// commits them itself.
-func (p *Pipeline) persistOpsReleasing(r *runstate.Run, release store.Op) (ops []store.Op, carried bool) {
-	ops = p.persistOps(r)
-	if ops != nil && release.Bucket == store.LockRelease {
-		ops, carried = append(ops, release), true
+// behindApplier is a store that commits a batch away from the caller
+// (store.GroupCommitter.ApplyBehind).
+type behindApplier interface {
+	ApplyBehind(ops []store.Op) <-chan error
+}
+
+// commitBehind is a commit made behind a forwarded call (Begin's,
+// BeginTool's): it carries the run's state and, when carried, the run
+// lock's release; the call's end lands it (land) before taking the lock
+// again.
+type commitBehind struct {
+	saved   <-chan error
+	carried bool
+	unlock  func()
+}
+
+// persistBehind is persistReleasing for a caller that goes on without
+// waiting for the commit, when the store can commit away from it: then
+// it returns the commit to land later, else nil (nothing persisted yet:
+// the caller persists as before). The caller holds r.Mu.
+func (p *Pipeline) persistBehind(r *runstate.Run, release store.Op, unlock func()) *commitBehind {
+	ab, ok := p.opts.Store.(behindApplier)
+	if !ok {
+		return nil
 	}
-	return ops, carried
+	ops := p.persistOps(r)
+	if ops == nil {
+		return nil
+	}
+	c := &commitBehind{unlock: unlock}
+	if release.Bucket == store.LockRelease {
+		ops, c.carried = append(ops, release), true
+	}
+	c.saved = ab.ApplyBehind(ops)
+	return c
+}
+
+// land waits (bounded) for a commit made behind a call and lets go of the
+// run's lock unless the commit did.
+func (p *Pipeline) land(c *commitBehind, runID string) {
+	if !p.wait(c.saved, runID) || !c.carried {
+		c.unlock()
+	}
 }
 
 // saveSoonWait bounds how long a new run whose first call went out stays

@@ -125,9 +125,9 @@ type ToolTurn struct {
 	unreg    func()
 	started  time.Time
 	finished bool
-	// committing closes when BeginTool's commit, made behind the
-	// forwarded call (commitBehind), is done; nil otherwise.
-	committing <-chan struct{}
+	// committing is BeginTool's commit, made behind the forwarded call,
+	// for FinishTool to land; nil otherwise.
+	committing *commitBehind
 }
 
 // RunID is the run the call was attributed to.
@@ -170,20 +170,23 @@ func (p *Pipeline) BeginTool(ctx context.Context, call *ToolCall) *ToolTurn {
 		return tt
 	}
 	p.beginToolLocked(ctx, tt, r, created)
-	ops, carried := p.persistOpsReleasing(r, pre.release)
-	r.Mu.Unlock()
-	if ops == nil {
-		return tt
-	}
 	if tt.Answer == nil && p.shared() {
 		// As a model call's (Begin): the agent hears of this call only
-		// after FinishTool, which waits for the commit before its lock.
+		// after FinishTool, which lands the commit before its lock.
+		tt.committing = p.persistBehind(r, pre.release, unlock)
+	}
+	var saved <-chan error
+	carried := false
+	if tt.committing == nil {
+		saved, carried = p.persistReleasing(r, pre.release)
+	}
+	r.Mu.Unlock()
+	if tt.committing != nil {
 		released = true
-		tt.committing = p.commitBehind(ops, carried, unlock, r.ID)
 		return tt
 	}
 	// A ticket or a refusal must be committed to the store before the agent hears of it.
-	released = p.wait(p.opts.Store.Apply(ops), r.ID) && carried
+	released = p.wait(saved, r.ID) && carried
 	return tt
 }
 
@@ -368,7 +371,7 @@ func (p *Pipeline) FinishTool(ctx context.Context, tt *ToolTurn, out ToolOutcome
 	r := tt.run
 	ctx = context.WithoutCancel(ctx)
 	if tt.committing != nil {
-		<-tt.committing // bounded by persistWait: the lock is BeginTool's until then
+		p.land(tt.committing, r.ID) // the lock is BeginTool's until then
 	}
 	unlock, pre, lockErr := p.lockRun(ctx, r.ID, false)
 	if lockErr != nil {

@@ -182,6 +182,23 @@ func (g *GroupCommitter) Apply(ops []Op) <-chan error {
 		}
 		g.commitMu.Unlock()
 	}
+	return g.enqueue(ops)
+}
+
+// ApplyBehind is Apply for a caller that goes on without waiting for the
+// commit: the batch always goes to the writer, which may commit it with
+// others queued meanwhile, never in the caller's goroutine.
+func (g *GroupCommitter) ApplyBehind(ops []Op) <-chan error {
+	g.closeMu.RLock()
+	defer g.closeMu.RUnlock()
+	if g.closed {
+		return failed(ErrClosed)
+	}
+	return g.enqueue(ops)
+}
+
+// enqueue sends ops to the writer; the caller holds closeMu for reading.
+func (g *GroupCommitter) enqueue(ops []Op) <-chan error {
 	res := make(chan error, 1)
 	g.laterMu.Lock()
 	g.queued.Add(1)

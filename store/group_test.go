@@ -343,3 +343,45 @@ func TestCancelLaterStopsAnIdleTimer(t *testing.T) {
 		t.Fatal("the flush timer is still armed with nothing to flush")
 	}
 }
+
+// ApplyBehind returns while its commit is held up (an inline Apply would
+// wait in it: the test would hang), its batch shares a commit of the
+// writer's with what queued meanwhile, and an Apply after it commits
+// after it.
+func TestGroupCommitterApplyBehind(t *testing.T) {
+	held := make(chan struct{})
+	var mu sync.Mutex
+	var commits [][]string
+	g := NewGroupCommitter(func(batches [][]Op) error {
+		<-held
+		mu.Lock()
+		defer mu.Unlock()
+		var keys []string
+		for _, ops := range batches {
+			keys = append(keys, string(ops[0].Key))
+		}
+		commits = append(commits, keys)
+		return nil
+	}, true)
+	defer g.Close()
+	first := g.ApplyBehind([]Op{{Bucket: Runs, Key: []byte("a"), Value: []byte("1")}})
+	second := g.ApplyBehind([]Op{{Bucket: Runs, Key: []byte("b"), Value: []byte("1")}})
+	// With a batch queued, an Apply queues behind it instead of
+	// committing inline.
+	third := g.Apply([]Op{{Bucket: Runs, Key: []byte("c"), Value: []byte("1")}})
+	close(held)
+	for _, ch := range []<-chan error{first, second, third} {
+		if err := <-ch; err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var order []string
+	for _, c := range commits {
+		order = append(order, c...)
+	}
+	if got := fmt.Sprint(order); got != "[a b c]" || len(commits) > 2 {
+		t.Errorf("commits %v, want a, b and c in order, in at most two commits (the writer takes what queued while it waited)", commits)
+	}
+}
