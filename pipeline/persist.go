@@ -165,14 +165,21 @@ func (p *Pipeline) persist(r *runstate.Run) <-chan error {
 // run's state lets go of the lock too, and carried says so; the caller
 // unlocks itself when it is not carried or the commit failed.
 func (p *Pipeline) persistReleasing(r *runstate.Run, release store.Op) (saved <-chan error, carried bool) {
-	ops := p.persistOps(r)
+	ops, carried := p.releasingOps(r, release)
 	if ops == nil {
 		return nil, false
 	}
-	if release.Bucket == store.LockRelease {
+	return p.opts.Store.Apply(ops), carried
+}
+
+// releasingOps is persistOps with the lock's release after them when
+// there is one (carried).
+func (p *Pipeline) releasingOps(r *runstate.Run, release store.Op) (ops []store.Op, carried bool) {
+	ops = p.persistOps(r)
+	if ops != nil && release.Bucket == store.LockRelease {
 		ops, carried = append(ops, release), true
 	}
-	return p.opts.Store.Apply(ops), carried
+	return ops, carried
 }
 
 // behindApplier is a store that commits a batch away from the caller
@@ -200,16 +207,11 @@ func (p *Pipeline) persistBehind(r *runstate.Run, release store.Op, unlock func(
 	if !ok {
 		return nil
 	}
-	ops := p.persistOps(r)
+	ops, carried := p.releasingOps(r, release)
 	if ops == nil {
 		return nil
 	}
-	c := &commitBehind{unlock: unlock}
-	if release.Bucket == store.LockRelease {
-		ops, c.carried = append(ops, release), true
-	}
-	c.saved = ab.ApplyBehind(ops)
-	return c
+	return &commitBehind{saved: ab.ApplyBehind(ops), carried: carried, unlock: unlock}
 }
 
 // land waits (bounded) for a commit made behind a call and lets go of the
