@@ -23,6 +23,31 @@ import (
 
 const benchResponse = `{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":"Done."},"finish_reason":"stop"}],"usage":{"prompt_tokens":1000,"completion_tokens":20,"total_tokens":1020}}`
 
+// toolCallAnswer is benchResponse asking for the tool "read" on page k,
+// as call_k.
+func toolCallAnswer(k int) []byte {
+	return []byte(strings.Replace(benchResponse, `"content":"Done."},"finish_reason":"stop"`,
+		fmt.Sprintf(`"content":null,"tool_calls":[{"id":"call_%d","type":"function","function":{"name":"read","arguments":"{\"page\":%d}"}}]},"finish_reason":"tool_calls"`, k, k), 1))
+}
+
+// gatedReplica is countedReplica with a commitGate on its client, after
+// a first call on another run (warmUp).
+func gatedReplica(t *testing.T) (*pipeline.Pipeline, *roundTrips, *commitGate) {
+	p, rt := countedReplica(t)
+	gate := &commitGate{}
+	rt.book.rdb.AddHook(gate)
+	warmUp(p)
+	return p, rt, gate
+}
+
+// warmUp makes a call on a run of its own: the server may have to load
+// the scripts again (a test flushed them), which is not a call's cost.
+func warmUp(p *pipeline.Pipeline) {
+	ctx := context.Background()
+	warm := p.Begin(ctx, &pipeline.Call{Body: benchBody(), RunID: "r-warm"}, openai.Chat{})
+	p.Finish(ctx, warm, pipeline.Outcome{Status: 200, Body: []byte(benchResponse)})
+}
+
 func benchBody() []byte {
 	return []byte(`{"model":"gpt-4o-mini","max_completion_tokens":500,"messages":[{"role":"user","content":"` +
 		strings.Repeat("lorem ipsum ", 160) + `"}]}`)
@@ -186,8 +211,7 @@ func benchRedisAgentLoop(b *testing.B, provider time.Duration) {
 	// Each step reads another page: the same call thrice would be a loop.
 	var answers [4][]byte
 	for k := range 3 {
-		answers[k] = []byte(strings.Replace(benchResponse, `"content":"Done."},"finish_reason":"stop"`,
-			fmt.Sprintf(`"content":null,"tool_calls":[{"id":"call_%d","type":"function","function":{"name":"read","arguments":"{\\"page\\":%d}"}}]},"finish_reason":"tool_calls"`, k, k), 1))
+		answers[k] = toolCallAnswer(k)
 	}
 	answers[3] = []byte(benchResponse)
 	ctx := context.Background()
@@ -267,19 +291,14 @@ func TestRedisCallRoundTrips(t *testing.T) {
 	t.Parallel()
 	p, rt := countedReplica(t)
 	ctx := context.Background()
-	resp := strings.Replace(benchResponse, `"content":"Done."},"finish_reason":"stop"`,
-		`"content":null,"tool_calls":[{"id":"call_%d","type":"function","function":{"name":"read","arguments":"{\"page\":%d}"}}]},"finish_reason":"tool_calls"`, 1)
-	// A call first, on another run: the server may have to load the
-	// scripts again (a test flushed them), which is not a call's cost.
-	warm := p.Begin(ctx, &pipeline.Call{Body: benchBody(), RunID: "r-warm"}, openai.Chat{})
-	p.Finish(ctx, warm, pipeline.Outcome{Status: 200, Body: []byte(benchResponse)})
+	warmUp(p)
 	for step := range 4 {
 		rt.n.Store(0)
 		tn := p.Begin(ctx, &pipeline.Call{Body: benchBody(), RunID: "r-trips"}, openai.Chat{})
 		if tn.Answer != nil {
 			t.Fatalf("refused: %s", tn.Answer.Body)
 		}
-		p.Finish(ctx, tn, pipeline.Outcome{Status: 200, Body: fmt.Appendf(nil, resp, step, step)})
+		p.Finish(ctx, tn, pipeline.Outcome{Status: 200, Body: toolCallAnswer(step)})
 		p.Headers(tn, func(string, string) {})
 		want := int64(5)
 		if step == 0 {
@@ -327,6 +346,15 @@ func (g *commitGate) note(s string) {
 	g.mu.Unlock()
 }
 
+// take returns what the log holds, in order, and empties it.
+func (g *commitGate) take() string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	s := strings.Join(g.log, " ")
+	g.log = nil
+	return s
+}
+
 func (g *commitGate) DialHook(next redis.DialHook) redis.DialHook          { return next }
 func (g *commitGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
 func (g *commitGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
@@ -360,12 +388,8 @@ func (g *commitGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 // then waits for 4 round trips of a new run, the commit not among them.
 func TestBeginCommitsBehindTheCall(t *testing.T) {
 	t.Parallel()
-	p, rt := countedReplica(t)
-	gate := &commitGate{}
-	rt.book.rdb.AddHook(gate)
+	p, rt, gate := gatedReplica(t)
 	ctx := context.Background()
-	warm := p.Begin(ctx, &pipeline.Call{Body: benchBody(), RunID: "r-warm"}, openai.Chat{})
-	p.Finish(ctx, warm, pipeline.Outcome{Status: 200, Body: []byte(benchResponse)})
 	for _, stream := range []bool{false, true} {
 		body := benchBody()
 		if stream {
@@ -374,9 +398,7 @@ func TestBeginCommitsBehindTheCall(t *testing.T) {
 		id := fmt.Sprintf("r-behind-%v", stream)
 		shut := make(chan struct{})
 		gate.shut.Store(&shut)
-		gate.mu.Lock()
-		gate.log = nil
-		gate.mu.Unlock()
+		gate.take()
 		rt.n.Store(0)
 		begun := make(chan *pipeline.Turn)
 		go func() { begun <- p.Begin(ctx, &pipeline.Call{Body: body, RunID: id}, openai.Chat{}) }()
@@ -408,9 +430,7 @@ func TestBeginCommitsBehindTheCall(t *testing.T) {
 		gate.shut.Store(nil)
 		close(shut)
 		<-finished
-		gate.mu.Lock()
-		log := strings.Join(gate.log, " ")
-		gate.mu.Unlock()
+		log := gate.take()
 		// Begin's lock, its commit, Finish's lock with its settlement,
 		// Finish's commit.
 		if log != "lock commit lock+settle commit" {
@@ -425,30 +445,18 @@ func TestBeginCommitsBehindTheCall(t *testing.T) {
 // the other.
 func TestFinishSettlesInItsLocksRoundTrip(t *testing.T) {
 	t.Parallel()
-	p, rt := countedReplica(t)
-	gate := &commitGate{}
-	rt.book.rdb.AddHook(gate)
+	p, rt, gate := gatedReplica(t)
 	ctx := context.Background()
-	// A call first, on another run: the server may have to load the
-	// scripts again (a test flushed them).
-	warm := p.Begin(ctx, &pipeline.Call{Body: benchBody(), RunID: "r-warm"}, openai.Chat{})
-	p.Finish(ctx, warm, pipeline.Outcome{Status: 200, Body: []byte(benchResponse)})
 	for step := range 2 {
 		tn := p.Begin(ctx, &pipeline.Call{Body: benchBody(), RunID: "r-riding"}, openai.Chat{})
 		if tn.Answer != nil {
 			t.Fatalf("refused: %s", tn.Answer.Body)
 		}
-		gate.mu.Lock()
-		gate.log = nil
-		gate.mu.Unlock()
+		gate.take()
 		rt.n.Store(0)
-		resp := strings.Replace(benchResponse, `"content":"Done."},"finish_reason":"stop"`,
-			fmt.Sprintf(`"content":null,"tool_calls":[{"id":"call_%d","type":"function","function":{"name":"read","arguments":"{\"page\":%d}"}}]},"finish_reason":"tool_calls"`, step, step), 1)
-		p.Finish(ctx, tn, pipeline.Outcome{Status: 200, Body: []byte(resp)})
+		p.Finish(ctx, tn, pipeline.Outcome{Status: 200, Body: toolCallAnswer(step)})
 		n := rt.n.Load()
-		gate.mu.Lock()
-		log := strings.Join(gate.log, " ")
-		gate.mu.Unlock()
+		log := gate.take()
 		// Begin's commit lands behind the call: Finish waits for it first.
 		if !strings.HasSuffix(log, "lock+settle commit") || strings.Contains(log, " settle") {
 			t.Errorf("step %d: Finish sent %q, want its settlement in its lock's round trip", step+1, log)
@@ -475,17 +483,13 @@ func TestFinishSettlesInItsLocksRoundTrip(t *testing.T) {
 // waits for 1, its lock, before the call goes to the tool.
 func TestRedisToolCallRoundTrips(t *testing.T) {
 	t.Parallel()
-	p, rt := countedReplica(t)
-	gate := &commitGate{}
-	rt.book.rdb.AddHook(gate)
+	p, rt, gate := gatedReplica(t)
 	ctx := context.Background()
-	resp := strings.Replace(benchResponse, `"content":"Done."},"finish_reason":"stop"`,
-		`"content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"read","arguments":"{\"page\":1}"}}]},"finish_reason":"tool_calls"`, 1)
 	tn := p.Begin(ctx, &pipeline.Call{Body: benchBody(), RunID: "r-tool"}, openai.Chat{})
 	if tn.Answer != nil {
 		t.Fatalf("refused: %s", tn.Answer.Body)
 	}
-	p.Finish(ctx, tn, pipeline.Outcome{Status: 200, Body: []byte(resp)})
+	p.Finish(ctx, tn, pipeline.Outcome{Status: 200, Body: toolCallAnswer(1)})
 	for i := range 2 {
 		shut := make(chan struct{})
 		gate.shut.Store(&shut)
