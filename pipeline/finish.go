@@ -27,6 +27,9 @@ func (p *Pipeline) Finish(ctx context.Context, t *Turn, out Outcome) *Answer {
 	now := p.now()
 	if t.run == nil || t.res == nil {
 		// Parse error, or answered by the gateway: nothing reserved.
+		if t.committing != nil {
+			p.land(t.committing, t.run.ID) // the lock, should the commit not carry it
+		}
 		p.obs.ModelCall(p.callReport(t, answerStatus(t, nil, out), out, now))
 		return nil
 	}
