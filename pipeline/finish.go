@@ -40,14 +40,16 @@ func (p *Pipeline) Finish(ctx context.Context, t *Turn, out Outcome) *Answer {
 	ctx = context.WithoutCancel(ctx)
 	ok := out.Status >= 200 && out.Status < 300
 	var resp wire.Response
+	var booked settlement
 	if ok {
 		resp = p.response(t, out)
+		booked = settlementOf(t, &resp)
 	}
 	// A settlement needs no run lock: on a shared store it goes out in the
 	// lock's round trip when book and lock can (a rider).
 	var rider accounting.Rider
 	if ok && p.shared() {
-		rider = p.settleAhead(t, &resp, now)
+		rider = p.settleAhead(t, booked.actual, now)
 	}
 	if t.committing != nil {
 		p.land(t.committing, r.ID) // the lock is Begin's until then
@@ -67,7 +69,7 @@ func (p *Pipeline) Finish(ctx context.Context, t *Turn, out Outcome) *Answer {
 	// headers show after Finish is read anew (with the settlement, when the
 	// book can), as a released reservation changes it too.
 	t.headroomRead = false
-	answer := p.finishLocked(ctx, t, out, &resp, rider, now)
+	answer := p.finishLocked(ctx, t, out, &resp, booked, rider, now)
 	p.recordFinish(t, out, now)
 	p.closeReservation(t, govOf(r))
 	saved, carried := p.persistReleasing(r, pre.release)
@@ -124,9 +126,10 @@ func (p *Pipeline) response(t *Turn, out Outcome) wire.Response {
 }
 
 // finishLocked finishes the call under the run's locks; resp is the
-// provider's answer (read when the status is 2xx), rider the settlement
-// when it rode in the lock's round trip (settleAhead).
-func (p *Pipeline) finishLocked(ctx context.Context, t *Turn, out Outcome, resp *wire.Response, rider accounting.Rider, now time.Time) *Answer {
+// provider's answer and booked what its settlement books (both read when
+// the status is 2xx), rider the settlement when it rode in the lock's
+// round trip (settleAhead).
+func (p *Pipeline) finishLocked(ctx context.Context, t *Turn, out Outcome, resp *wire.Response, booked settlement, rider accounting.Rider, now time.Time) *Answer {
 	r, g := t.run, govOf(t.run)
 	r.Inflight--
 	if ok := out.Status >= 200 && out.Status < 300; !ok {
@@ -142,7 +145,7 @@ func (p *Pipeline) finishLocked(ctx context.Context, t *Turn, out Outcome, resp 
 		return p.transportFailure(t, g, out.Err, now)
 	}
 	complete := resp.HasUsage || resp.FinishReason != ""
-	p.settle(ctx, t, g, resp, rider, now)
+	p.settle(ctx, t, g, resp, booked, rider, now)
 	if resp.ErrorMessage != "" || !complete {
 		// The stream broke off (client gone, upstream error event): the
 		// spend is settled, but no decision was taken.
@@ -182,15 +185,12 @@ type headroomSettler interface {
 		keys []string, useFinalReserve bool) (head accounting.Vector, read bool, err error)
 }
 
-// settlement is what a settlement booked and, when the book read it in
-// the same round trip (headroomSettler), the headroom it left.
+// settlement is what a call's settlement books: the ledgers' amounts,
+// and the usage and cost counted on the run.
 type settlement struct {
-	actual       accounting.Vector
-	usage        wire.Usage
-	cost         accounting.Money
-	headroom     accounting.Vector
-	headroomRead bool
-	err          error
+	actual accounting.Vector
+	usage  wire.Usage
+	cost   accounting.Money
 }
 
 // settlementOf is what the call's settlement books. Without usage (a
@@ -213,16 +213,6 @@ func settlementOf(t *Turn, resp *wire.Response) settlement {
 	return settlement{actual: actual, usage: u, cost: cost}
 }
 
-// bookSettlement books a settlement, with the headroom left on ledgers
-// when the book reads it in the same round trip.
-func (p *Pipeline) bookSettlement(ctx context.Context, t *Turn, s *settlement, ledgers []string, now time.Time) {
-	if hs, ok := p.book.(headroomSettler); ok {
-		s.headroom, s.headroomRead, s.err = hs.SettleHeadroom(ctx, t.res, s.actual, now, ledgers, true)
-	} else {
-		s.err = p.book.Settle(ctx, t.res, s.actual, now)
-	}
-}
-
 // settleRiding is a book whose settlement can ride in another request's
 // round trip (redisstore.Book: a run lock's, lockRiding).
 type settleRiding interface {
@@ -234,7 +224,7 @@ type settleRiding interface {
 // lock can carry one (else nil: settle books it under the lock). The
 // ledgers' names are read under the run's mutex (refresh may replace its
 // governance).
-func (p *Pipeline) settleAhead(t *Turn, resp *wire.Response, now time.Time) accounting.Rider {
+func (p *Pipeline) settleAhead(t *Turn, actual accounting.Vector, now time.Time) accounting.Rider {
 	sr, ok := p.book.(settleRiding)
 	if _, riding := p.opts.RunLock.(lockRiding); !ok || !riding {
 		return nil
@@ -242,24 +232,28 @@ func (p *Pipeline) settleAhead(t *Turn, resp *wire.Response, now time.Time) acco
 	t.run.Mu.Lock()
 	ledgers := govOf(t.run).ledgers
 	t.run.Mu.Unlock()
-	return sr.SettleRider(t.res, settlementOf(t, resp).actual, now, ledgers, true)
+	return sr.SettleRider(t.res, actual, now, ledgers, true)
 }
 
-// settle books the actual usage (or takes what the rider booked) and
-// counts it on the run.
-func (p *Pipeline) settle(ctx context.Context, t *Turn, g *governance, resp *wire.Response, rider accounting.Rider, now time.Time) {
+// settle books s (or takes what the rider booked), with the headroom it
+// left when the book reads it in the same round trip, and counts it on
+// the run.
+func (p *Pipeline) settle(ctx context.Context, t *Turn, g *governance, resp *wire.Response, s settlement, rider accounting.Rider, now time.Time) {
 	r := t.run
-	s := settlementOf(t, resp)
-	if rider != nil {
-		s.headroom, s.headroomRead, s.err = rider.Result(ctx)
-	} else {
-		p.bookSettlement(ctx, t, &s, g.ledgers, now)
+	var err error
+	hs, reads := p.book.(headroomSettler)
+	switch {
+	case rider != nil:
+		t.headroom, t.headroomRead, err = rider.Result(ctx)
+	case reads:
+		t.headroom, t.headroomRead, err = hs.SettleHeadroom(ctx, t.res, s.actual, now, g.ledgers, true)
+	default:
+		err = p.book.Settle(ctx, t.res, s.actual, now)
 	}
 	u, cost := s.usage, s.cost
-	t.headroom, t.headroomRead = s.headroom, s.headroomRead
-	if s.err != nil {
+	if err != nil {
 		// The money was spent: keep trying until the book is back.
-		p.log.Error("settlement deferred: ledger book unavailable", "run_id", r.ID, "err", s.err)
+		p.log.Error("settlement deferred: ledger book unavailable", "run_id", r.ID, "err", err)
 		p.deferSettle(t.res, s.actual, now)
 	}
 	c := &r.Counters
