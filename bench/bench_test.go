@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -332,5 +333,66 @@ func TestPhaseAccMergesTurns(t *testing.T) {
 	r := a.result(&target{proxy: &proc{}})
 	if r.Requests != 11 || r.P50us != 9000 || r.MaxUs != 9000 || r.Throughput != 5.5 || r.ProxyCPUus != 65000.0/11 {
 		t.Errorf("merged %+v", r)
+	}
+}
+
+// -variant takes a binary of its own after an @: another build measured in
+// the same rounds as the first; without one the run's binary serves.
+func TestVariantFlag(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want variant
+		bad  bool
+	}{
+		{in: "redis=--redis-url redis://127.0.0.1:6379", want: variant{name: "redis", args: "--redis-url redis://127.0.0.1:6379"}},
+		{in: "new@/tmp/gateway-new=", want: variant{name: "new", bin: "/tmp/gateway-new"}},
+		{in: "new@/tmp/gateway-new=--log-level debug", want: variant{name: "new", bin: "/tmp/gateway-new", args: "--log-level debug"}},
+		{in: "plain=", want: variant{name: "plain"}},
+		{in: "no-equals", bad: true},
+		{in: "=args", bad: true},
+		{in: "@/tmp/gateway=", bad: true},
+	} {
+		var v variantFlag
+		err := v.Set(tc.in)
+		switch {
+		case tc.bad && err == nil:
+			t.Errorf("%q accepted as %+v", tc.in, v)
+		case !tc.bad && err != nil:
+			t.Errorf("%q: %v", tc.in, err)
+		case !tc.bad && (len(v) != 1 || v[0] != tc.want):
+			t.Errorf("%q = %+v, want %+v", tc.in, v, tc.want)
+		}
+	}
+}
+
+// A variant with a binary of its own is that binary, started for its turns
+// beside the run's own and reported as a target of its own.
+func TestVariantRunsItsBinary(t *testing.T) {
+	dir := t.TempDir()
+	bin := os.Getenv("HALTLINE_BENCH_GATEWAY_BIN")
+	if bin == "" {
+		bin = filepath.Join(dir, "gateway")
+		if out, err := exec.Command("go", "build", "-o", bin, "github.com/haltline/haltline/cmd/gateway").CombinedOutput(); err != nil {
+			t.Fatalf("go build: %v\n%s", err, out)
+		}
+	}
+	// The variant's binary notes each start, then is the gateway.
+	marker := filepath.Join(dir, "started")
+	wrapper := filepath.Join(dir, "gateway-variant")
+	script := fmt.Sprintf("#!/bin/sh\necho started >> %q\nexec %q \"$@\"\n", marker, bin)
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out := runHarness(t, "-short", "-only", "^"+phase1000+"$", "-anthropic=false", "-nginx", "off",
+		"-duration", "300ms", "-variant", "wrapped@"+wrapper+"=")
+	if started, err := os.ReadFile(marker); err != nil || strings.Count(string(started), "started") != 1 {
+		t.Errorf("the variant's binary was started %q times (%v), want once (one round)", started, err)
+	}
+	// Its column, with its requests answered.
+	if !regexp.MustCompile(`(?m)^\| requests / errors / not forwarded \|.*\| [1-9]\d* / 0 / 0 \| [1-9]\d* / 0 / 0 \|`).MatchString(out) {
+		t.Errorf("report lacks the two gateways' requests\n%s", out)
+	}
+	if !strings.Contains(out, "wrapped") {
+		t.Errorf("report lacks the variant\n%s", out)
 	}
 }

@@ -104,26 +104,36 @@ type options struct {
 	only        *regexp.Regexp
 }
 
-// variantFlag collects -variant name=args: more Haltline targets measured in
-// the same run, e.g. the Redis store.
+// variantFlag collects -variant name[@binary]=args: more Haltline targets
+// measured in the same run, e.g. the Redis store, or another build of the
+// gateway. A build measured this way takes its turns beside the first in
+// every phase of every round, so the two meet the same minutes of a shared
+// machine, where runs one after the other meet different ones.
 type variantFlag []variant
 
-type variant struct{ name, args string }
+// variant is a Haltline target: its name in the report, the gateway
+// binary (empty: the run's own) and the extra arguments of gateway serve.
+type variant struct{ name, bin, args string }
 
 func (v *variantFlag) String() string {
 	var s []string
 	for _, x := range *v {
-		s = append(s, x.name+"="+x.args)
+		name := x.name
+		if x.bin != "" {
+			name += "@" + x.bin
+		}
+		s = append(s, name+"="+x.args)
 	}
 	return strings.Join(s, " ")
 }
 
 func (v *variantFlag) Set(s string) error {
 	name, args, ok := strings.Cut(s, "=")
+	name, bin, _ := strings.Cut(name, "@")
 	if !ok || name == "" {
-		return fmt.Errorf("want name=args, got %q", s)
+		return fmt.Errorf("want name=args or name@binary=args, got %q", s)
 	}
-	*v = append(*v, variant{name: name, args: args})
+	*v = append(*v, variant{name: name, bin: bin, args: args})
 	return nil
 }
 
@@ -147,7 +157,7 @@ func parseOptions(args []string) (options, error) {
 	fs.StringVar(&o.gatewayBin, "gateway-bin", "", "gateway binary (default: go build ./cmd/gateway into a temporary directory)")
 	fs.StringVar(&o.nginx, "nginx", "auto", "nginx binary measured as a reference proxy in the same rounds (\"auto\": nginx in PATH, else "+nginxFallback+", skipped when neither exists; \"\" or \"off\": not measured)")
 	fs.StringVar(&o.gatewayArgs, "gateway-args", "", "extra arguments for `gateway serve` of the haltline target, space separated (e.g. \"--redis-url redis://127.0.0.1:6379\")")
-	fs.Var(&o.variants, "variant", "extra Haltline target name=ARGS measured in the same run (repeatable), e.g. 'redis=--redis-url redis://127.0.0.1:6379'")
+	fs.Var(&o.variants, "variant", "extra Haltline target name[@BINARY]=ARGS measured in the same run (repeatable), e.g. 'redis=--redis-url redis://127.0.0.1:6379', or another build: 'new@/tmp/gateway-new='")
 	fs.BoolVar(&o.anthropic, "anthropic", true, "also measure /v1/messages (Anthropic format)")
 	fs.BoolVar(&o.pin, "pin", true, "pin the load generator to CPU 0, the mock and the proxies to CPU 1")
 	fs.StringVar(&o.jsonOut, "json", "", "write the results as JSON to this file (\"-\" for standard output)")

@@ -149,8 +149,12 @@ func runRound(ctx context.Context, o options, pl *placement, dir, bin string, ng
 		}})
 	}
 	for _, g := range gateways {
+		gbin := bin
+		if g.bin != "" {
+			gbin = g.bin
+		}
 		starters = append(starters, starter{g.name, func() (*proc, error) {
-			return startGateway(ctx, pl, rdir, g.name, bin, mock.addrURL(), strings.Fields(g.args))
+			return startGateway(ctx, pl, rdir, g.name, gbin, mock.addrURL(), strings.Fields(g.args))
 		}})
 	}
 	// Every target is up for the whole round, idle but for its own turns:
