@@ -396,3 +396,28 @@ func TestVariantRunsItsBinary(t *testing.T) {
 		t.Errorf("report lacks the variant\n%s", out)
 	}
 }
+
+// The saturation searches start from another target each round, in the
+// targets' order: over as many rounds as targets, each searches in every
+// place once.
+func TestRotated(t *testing.T) {
+	targets := []*target{{name: "direct"}, {name: "floor"}, {name: "haltline"}, {name: "new"}}
+	names := func(ts []*target) string {
+		var s []string
+		for _, t := range ts {
+			s = append(s, t.name)
+		}
+		return strings.Join(s, " ")
+	}
+	for idx, want := range []string{
+		"direct floor haltline new",
+		"floor haltline new direct",
+		"haltline new direct floor",
+		"new direct floor haltline",
+		"direct floor haltline new",
+	} {
+		if got := names(rotated(targets, idx)); got != want {
+			t.Errorf("round %d: %s, want %s", idx, got, want)
+		}
+	}
+}

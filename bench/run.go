@@ -191,7 +191,7 @@ func runRound(ctx context.Context, o options, pl *placement, dir, bin string, ng
 		return pids
 	})
 	rd.PhaseMachine = map[string]*machineShare{}
-	rd.Machine, err = probe.around(out, "the round", func() error { return measureRound(ctx, o, client, targets, rd, probe, out) })
+	rd.Machine, err = probe.around(out, "the round", func() error { return measureRound(ctx, o, client, targets, rd, probe, idx, out) })
 	for _, t := range targets {
 		if t.proxy == nil {
 			continue
@@ -246,7 +246,7 @@ func interleave(ctx context.Context, n, turns int, turn func(i, s int) error) er
 }
 
 // measureRound runs every phase on every target, interleaved.
-func measureRound(ctx context.Context, o options, c *http.Client, targets []*target, rd *round, probe machineProbe, out io.Writer) error {
+func measureRound(ctx context.Context, o options, c *http.Client, targets []*target, rd *round, probe machineProbe, idx int, out io.Writer) error {
 	wl := func(t *target, api string, size int, stream bool, name string) *workload {
 		return &workload{api: api, size: size, steps: o.steps, slots: o.slots, stream: stream, tag: t.tag + "-" + name, lineage: o.lineage}
 	}
@@ -347,10 +347,14 @@ func measureRound(ctx context.Context, o options, c *http.Client, targets []*tar
 		return nil
 	}
 	// The saturation search is not cut into turns (its levels depend on
-	// the last one's result), but the targets' searches follow each other.
+	// the last one's result), but the targets' searches follow each other,
+	// in an order that rotates from round to round: a target searching
+	// after another meets what that one left running (its ended runs
+	// leaving memory, its store's checkpoint, its collector), and a
+	// -variant, last of the targets, met it in every round.
 	var err error
 	rd.PhaseMachine[phaseSat], err = probe.around(out, phaseSat, func() error {
-		for _, t := range targets {
+		for _, t := range rotated(targets, idx) {
 			// One workload for every level: its runs go on from one level
 			// to the next, as a fixed-rate phase's go on across turns,
 			// instead of leaving up to -slots unfinished runs per level in
@@ -375,6 +379,16 @@ func errNote(sample []string) string {
 		return ""
 	}
 	return "  first error: " + sample[0]
+}
+
+// rotated is targets in the order of round idx's saturation searches: the
+// first of them in round 0, the second first in round 1, and so on.
+func rotated(targets []*target, idx int) []*target {
+	out := make([]*target, 0, len(targets))
+	for k := range targets {
+		out = append(out, targets[(k+idx)%len(targets)])
+	}
+	return out
 }
 
 // goVersion is the toolchain the harness was built with.
