@@ -397,27 +397,45 @@ func TestVariantRunsItsBinary(t *testing.T) {
 	}
 }
 
-// The saturation searches start from another target each round, in the
-// targets' order: over as many rounds as targets, each searches in every
-// place once.
-func TestRotated(t *testing.T) {
-	targets := []*target{{name: "direct"}, {name: "floor"}, {name: "haltline"}, {name: "new"}}
-	names := func(ts []*target) string {
-		var s []string
-		for _, t := range ts {
-			s = append(s, t.name)
+// The saturation searches take their levels in turn, starting from another
+// target at each level and each round: over n shifts, each target takes
+// every place once.
+func TestRotation(t *testing.T) {
+	for shift, want := range [][]int{{0, 1, 2, 3}, {1, 2, 3, 0}, {2, 3, 0, 1}, {3, 0, 1, 2}, {0, 1, 2, 3}} {
+		if got := rotation(4, shift); !slices.Equal(got, want) {
+			t.Errorf("shift %d: %v, want %v", shift, got, want)
 		}
-		return strings.Join(s, " ")
 	}
-	for idx, want := range []string{
-		"direct floor haltline new",
-		"floor haltline new direct",
-		"haltline new direct floor",
-		"new direct floor haltline",
-		"direct floor haltline new",
+}
+
+// A saturation search doubles its workers while throughput grows by more
+// than 3 %, ends after two levels that do not, or past the most workers,
+// and keeps the best level's figures.
+func TestSatSearch(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		maxConc  int
+		rps      []float64 // the levels' throughput, in order
+		levels   int       // levels the search takes
+		peak     float64
+		peakConc int
+	}{
+		{name: "flattens", maxConc: 256, rps: []float64{100, 200, 205, 210, 999}, levels: 4, peak: 210, peakConc: 8},
+		{name: "grows to the most workers", maxConc: 4, rps: []float64{100, 200, 400, 999}, levels: 3, peak: 400, peakConc: 4},
+		{name: "falls", maxConc: 256, rps: []float64{100, 300, 250, 200, 999}, levels: 4, peak: 300, peakConc: 2},
+		{name: "grows again after a flat level", maxConc: 256, rps: []float64{100, 101, 200, 201, 202, 999}, levels: 5, peak: 202, peakConc: 16},
 	} {
-		if got := names(rotated(targets, idx)); got != want {
-			t.Errorf("round %d: %s, want %s", idx, got, want)
+		q := newSatSearch(tc.maxConc)
+		n := 0
+		for _, r := range tc.rps {
+			if q.done() {
+				break
+			}
+			q.record(q.conc, phaseResult{Throughput: r, Requests: 10, ProxyCPUus: r / 10})
+			n++
+		}
+		if !q.done() || n != tc.levels || q.s.PeakRPS != tc.peak || q.s.PeakConc != tc.peakConc || q.s.ProxyCPUus != tc.peak/10 || q.s.Requests != 10*n {
+			t.Errorf("%s: done %v after %d levels, peak %v at %d workers (CPU %v), want %d levels, %v at %d", tc.name, q.done(), n, q.s.PeakRPS, q.s.PeakConc, q.s.ProxyCPUus, tc.levels, tc.peak, tc.peakConc)
 		}
 	}
 }
