@@ -249,57 +249,37 @@ type saturation struct {
 	ErrorSample []string   `json:"error_sample,omitempty"`
 }
 
-// satSearch is one target's saturation search: it doubles the number of
-// closed-loop workers until throughput stops growing (two levels in a row
-// that do not beat the best by 3 % end it). The searches of a round's
-// targets take their levels in turn (see measureRound).
-type satSearch struct {
-	s       saturation
-	conc    int // the next level's workers; 0 once the search ended
-	maxConc int
-	flat    int
-}
-
-func newSatSearch(maxConc int) *satSearch { return &satSearch{conc: 1, maxConc: maxConc} }
-
-// done reports whether the search ended.
-func (q *satSearch) done() bool { return q.conc == 0 }
-
-// level runs the next level against t for step.
-func (q *satSearch) level(ctx context.Context, c *http.Client, t *target, w *workload, step time.Duration) error {
-	conc := q.conc
-	r, err := attack(ctx, c, t, w, 0, conc, step)
-	if err != nil {
-		q.conc = 0
-		return err
+// saturate doubles the number of closed-loop workers until throughput stops
+// growing: two levels in a row that do not beat the best by 3 % end it.
+func saturate(ctx context.Context, c *http.Client, t *target, w *workload, maxConc int, step time.Duration) (saturation, error) {
+	var s saturation
+	flat := 0
+	for conc := 1; conc <= maxConc; conc *= 2 {
+		r, err := attack(ctx, c, t, w, 0, conc, step)
+		if err != nil {
+			return s, err
+		}
+		s.Levels = append(s.Levels, satLevel{Concurrency: conc, Result: r})
+		s.Errors += r.Errors
+		s.Requests += r.Requests
+		s.ErrorSample = append(s.ErrorSample, r.ErrorSample...)
+		if r.Throughput > s.PeakRPS*1.03 {
+			flat = 0
+		} else {
+			flat++
+		}
+		if r.Throughput > s.PeakRPS {
+			s.PeakRPS, s.PeakConc = r.Throughput, conc
+			s.ProxyCPUus, s.MockCPUus = r.ProxyCPUus, r.MockCPUus
+		}
+		if flat >= 2 {
+			break
+		}
 	}
-	q.record(conc, r)
-	return nil
-}
-
-// record takes the result r of the level with conc workers.
-func (q *satSearch) record(conc int, r phaseResult) {
-	s := &q.s
-	s.Levels = append(s.Levels, satLevel{Concurrency: conc, Result: r})
-	s.Errors += r.Errors
-	s.Requests += r.Requests
-	s.ErrorSample = append(s.ErrorSample, r.ErrorSample...)
 	if len(s.ErrorSample) > 5 {
 		s.ErrorSample = s.ErrorSample[:5]
 	}
-	if r.Throughput > s.PeakRPS*1.03 {
-		q.flat = 0
-	} else {
-		q.flat++
-	}
-	if r.Throughput > s.PeakRPS {
-		s.PeakRPS, s.PeakConc = r.Throughput, conc
-		s.ProxyCPUus, s.MockCPUus = r.ProxyCPUus, r.MockCPUus
-	}
-	q.conc = conc * 2
-	if q.flat >= 2 || q.conc > q.maxConc {
-		q.conc = 0
-	}
+	return s, nil
 }
 
 // streamResult is the streamed-answer phase: one call at a time, so time to

@@ -191,7 +191,7 @@ func runRound(ctx context.Context, o options, pl *placement, dir, bin string, ng
 		return pids
 	})
 	rd.PhaseMachine = map[string]*machineShare{}
-	rd.Machine, err = probe.around(out, "the round", func() error { return measureRound(ctx, o, client, targets, rd, probe, idx, out) })
+	rd.Machine, err = probe.around(out, "the round", func() error { return measureRound(ctx, o, client, targets, rd, probe, out) })
 	for _, t := range targets {
 		if t.proxy == nil {
 			continue
@@ -246,7 +246,7 @@ func interleave(ctx context.Context, n, turns int, turn func(i, s int) error) er
 }
 
 // measureRound runs every phase on every target, interleaved.
-func measureRound(ctx context.Context, o options, c *http.Client, targets []*target, rd *round, probe machineProbe, idx int, out io.Writer) error {
+func measureRound(ctx context.Context, o options, c *http.Client, targets []*target, rd *round, probe machineProbe, out io.Writer) error {
 	wl := func(t *target, api string, size int, stream bool, name string) *workload {
 		return &workload{api: api, size: size, steps: o.steps, slots: o.slots, stream: stream, tag: t.tag + "-" + name, lineage: o.lineage}
 	}
@@ -346,47 +346,24 @@ func measureRound(ctx context.Context, o options, c *http.Client, targets []*tar
 	if !o.runs(phaseSat) {
 		return nil
 	}
-	// The saturation searches take their levels in turn, the targets'
-	// order rotating from level to level and from round to round (a level
-	// depends on the last one's result, so a search is not cut into
-	// turns of time as the fixed-rate phases are): a slow minute of the
-	// machine falls on every target's search, where searches one after
-	// the other gave two searches of the same binary 1.19 and 0.86 times
-	// each other's CPU a request in one run's two rounds.
+	// The saturation search is not cut into turns (its levels depend on
+	// the last one's result), but the targets' searches follow each other.
 	var err error
 	rd.PhaseMachine[phaseSat], err = probe.around(out, phaseSat, func() error {
-		searches := make([]*satSearch, len(targets))
-		// One workload a target for every level: its runs go on from one
-		// level to the next, as a fixed-rate phase's go on across turns,
-		// instead of leaving up to -slots unfinished runs per level in
-		// the gateway (until their deadline), a heap that would be the
-		// harness's doing.
-		works := make([]*workload, len(targets))
-		for i, t := range targets {
-			searches[i], works[i] = newSatSearch(o.satMax), wl(t, apiOpenAI, size2KB, false, "sat")
-		}
-		for lvl := 0; ; lvl++ {
-			ran := false
-			for _, i := range rotation(len(targets), idx+lvl) {
-				t, q := targets[i], searches[i]
-				if q.done() {
-					continue
-				}
-				ran = true
-				if err := q.level(ctx, c, t, works[i], o.satStep); err != nil {
-					return fmt.Errorf("%s: %w", t.name, err)
-				}
-				quiesce(ctx, t)
-			}
-			if !ran {
-				break
-			}
-		}
-		for i, t := range targets {
-			sat := searches[i].s
+		for _, t := range targets {
+			// One workload for every level: its runs go on from one level
+			// to the next, as a fixed-rate phase's go on across turns,
+			// instead of leaving up to -slots unfinished runs per level in
+			// the gateway (until their deadline), a heap that would be
+			// the harness's doing.
+			sat, err := saturate(ctx, c, t, wl(t, apiOpenAI, size2KB, false, "sat"), o.satMax, o.satStep)
 			rd.Targets[t.name].Saturation = sat
+			if err != nil {
+				return fmt.Errorf("%s: %w", t.name, err)
+			}
 			fmt.Fprintf(out, "  %-9s %-22s %6d req  %3d err  peak %7.0f req/s at %d workers, proxy CPU %5.1f µs/req, mock %5.1f µs/req%s\n",
 				t.name, "saturation", sat.Requests, sat.Errors, sat.PeakRPS, sat.PeakConc, sat.ProxyCPUus, sat.MockCPUus, errNote(sat.ErrorSample))
+			quiesce(ctx, t)
 		}
 		return nil
 	})
@@ -398,16 +375,6 @@ func errNote(sample []string) string {
 		return ""
 	}
 	return "  first error: " + sample[0]
-}
-
-// rotation is the order of n targets' turns shifted by shift: the target
-// shift%n first, the others after it in their order.
-func rotation(n, shift int) []int {
-	out := make([]int, n)
-	for k := range out {
-		out[k] = (k + shift) % n
-	}
-	return out
 }
 
 // goVersion is the toolchain the harness was built with.
