@@ -107,8 +107,10 @@ type options struct {
 // variantFlag collects -variant name[@binary]=args: more Haltline targets
 // measured in the same run, e.g. the Redis store, or another build of the
 // gateway. A build measured this way takes its turns beside the first in
-// every phase of every round, so the two meet the same minutes of a shared
-// machine, where runs one after the other meet different ones.
+// every fixed-rate phase and stream of every round, so the two meet the
+// same minutes of a shared machine, where runs one after the other meet
+// different ones; its saturation search follows the first's (the searches
+// follow one another), so it meets what that one left running.
 type variantFlag []variant
 
 // variant is a Haltline target: its name in the report, the gateway
