@@ -396,3 +396,29 @@ func TestVariantRunsItsBinary(t *testing.T) {
 		t.Errorf("report lacks the four targets' requests, all answered\n%s", out)
 	}
 }
+
+// The saturation searches go references first, then the gateways in an
+// order that rotates with the round, so that no gateway's search always
+// follows another's, and none precedes a reference's.
+func TestSatOrder(t *testing.T) {
+	targets := []*target{{name: "direct"}, {name: "floor"}, {name: "nginx"}, {name: "haltline", gateway: true}, {name: "new", gateway: true}, {name: "redis", gateway: true}}
+	for idx, want := range []string{
+		"direct floor nginx haltline new redis",
+		"direct floor nginx new redis haltline",
+		"direct floor nginx redis haltline new",
+		"direct floor nginx haltline new redis",
+	} {
+		var got []string
+		for _, t := range satOrder(targets, idx) {
+			got = append(got, t.name)
+		}
+		if strings.Join(got, " ") != want {
+			t.Errorf("round %d: %q, want %q", idx, strings.Join(got, " "), want)
+		}
+	}
+	// One gateway: the order it always had.
+	one := targets[:4]
+	if got := satOrder(one, 3); len(got) != 4 || got[3].name != "haltline" {
+		t.Errorf("one gateway, round 3: %v", got)
+	}
+}

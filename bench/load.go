@@ -22,6 +22,9 @@ type target struct {
 	tag   string // makes the run ids of its workloads its own
 	mock  *proc
 	proxy *proc // nil for direct
+	// gateway: a Haltline target (the first or a -variant), not a
+	// reference.
+	gateway bool
 }
 
 // phaseResult is one fixed-rate or closed-loop phase against one target.

@@ -109,8 +109,8 @@ type options struct {
 // gateway. A build measured this way takes its turns beside the first in
 // every fixed-rate phase and stream of every round, so the two meet the
 // same minutes of a shared machine, where runs one after the other meet
-// different ones; its saturation search follows the first's (the searches
-// follow one another), so it meets what that one left running.
+// different ones; the saturation searches follow one another, and the
+// gateways' order among them rotates from round to round (see satOrder).
 type variantFlag []variant
 
 // variant is a Haltline target: its name in the report, the gateway

@@ -433,7 +433,7 @@ func (r *report) markdown(w io.Writer) {
 		fmt.Fprintf(w, "Machine (median of the rounds): %s.\n\n", r.Machine)
 	}
 	fmt.Fprintf(w, "Placement: %s.\n\n", m.Placement)
-	fmt.Fprintf(w, "Targets alternate within each phase: %d turns each, the order rotating; the saturation searches follow one another.\n\n", m.Turns)
+	fmt.Fprintf(w, "Targets alternate within each phase: %d turns each, the order rotating; the saturation searches follow one another, the references' first, then the gateways', their order rotating from round to round.\n\n", m.Turns)
 	fmt.Fprintf(w, "Streams: %d content chunks, measured one at a time; the mock pauses %s after a stream's first event, so that its first bytes reach the client before the mock, sharing the proxy's core, writes the rest.\n\n", m.Chunks, m.FirstGap)
 	if r.nginx {
 		fmt.Fprintf(w, "Reference nginx: %s, one process, upstream keep-alive, responses unbuffered; a reference, not checked against the issue's targets.\n\n", m.Nginx)

@@ -148,7 +148,9 @@ func runRound(ctx context.Context, o options, pl *placement, dir, bin string, ng
 			return startNginx(ctx, pl, rdir, ngx, mock.addr)
 		}})
 	}
+	isGateway := map[string]bool{}
 	for _, g := range gateways {
+		isGateway[g.name] = true
 		gbin := bin
 		if g.bin != "" {
 			gbin = g.bin
@@ -172,7 +174,7 @@ func runRound(ctx context.Context, o options, pl *placement, dir, bin string, ng
 		if err != nil {
 			return rd, err
 		}
-		t := &target{name: st.name, mock: mock, proxy: p, url: mock.addrURL(), tag: fmt.Sprintf("r%d%s", idx, st.name)}
+		t := &target{name: st.name, mock: mock, proxy: p, url: mock.addrURL(), tag: fmt.Sprintf("r%d%s", idx, st.name), gateway: isGateway[st.name]}
 		if p != nil {
 			t.url = p.addrURL()
 			rd.Placement = append(rd.Placement, placementLine(st.name, p.pid()))
@@ -191,7 +193,7 @@ func runRound(ctx context.Context, o options, pl *placement, dir, bin string, ng
 		return pids
 	})
 	rd.PhaseMachine = map[string]*machineShare{}
-	rd.Machine, err = probe.around(out, "the round", func() error { return measureRound(ctx, o, client, targets, rd, probe, out) })
+	rd.Machine, err = probe.around(out, "the round", func() error { return measureRound(ctx, o, client, targets, rd, probe, idx, out) })
 	for _, t := range targets {
 		if t.proxy == nil {
 			continue
@@ -246,7 +248,7 @@ func interleave(ctx context.Context, n, turns int, turn func(i, s int) error) er
 }
 
 // measureRound runs every phase on every target, interleaved.
-func measureRound(ctx context.Context, o options, c *http.Client, targets []*target, rd *round, probe machineProbe, out io.Writer) error {
+func measureRound(ctx context.Context, o options, c *http.Client, targets []*target, rd *round, probe machineProbe, idx int, out io.Writer) error {
 	wl := func(t *target, api string, size int, stream bool, name string) *workload {
 		return &workload{api: api, size: size, steps: o.steps, slots: o.slots, stream: stream, tag: t.tag + "-" + name, lineage: o.lineage}
 	}
@@ -347,10 +349,11 @@ func measureRound(ctx context.Context, o options, c *http.Client, targets []*tar
 		return nil
 	}
 	// The saturation search is not cut into turns (its levels depend on
-	// the last one's result), but the targets' searches follow each other.
+	// the last one's result), but the targets' searches follow each other
+	// (see satOrder).
 	var err error
 	rd.PhaseMachine[phaseSat], err = probe.around(out, phaseSat, func() error {
-		for _, t := range targets {
+		for _, t := range satOrder(targets, idx) {
 			// One workload for every level: its runs go on from one level
 			// to the next, as a fixed-rate phase's go on across turns,
 			// instead of leaving up to -slots unfinished runs per level in
@@ -375,6 +378,28 @@ func errNote(sample []string) string {
 		return ""
 	}
 	return "  first error: " + sample[0]
+}
+
+// satOrder is the order of round idx's saturation searches: the
+// references first, in their order, then the gateways, their order
+// rotating from round to round. A search meets what the one before it
+// left running — a gateway's store checkpoints what its search wrote
+// within 8 s, its ended runs leave memory —: never a reference's, whose
+// throughput a gateway's is divided by, and each gateway's as often as
+// another's in as many rounds as there are gateways.
+func satOrder(targets []*target, idx int) []*target {
+	var refs, gws []*target
+	for _, t := range targets {
+		if t.gateway {
+			gws = append(gws, t)
+		} else {
+			refs = append(refs, t)
+		}
+	}
+	for k := range gws {
+		refs = append(refs, gws[(k+idx)%len(gws)])
+	}
+	return refs
 }
 
 // goVersion is the toolchain the harness was built with.
