@@ -383,10 +383,11 @@ func errNote(sample []string) string {
 // satOrder is the order of round idx's saturation searches: the
 // references first, in their order, then the gateways, their order
 // rotating from round to round. A search meets what the one before it
-// left running — a gateway's store checkpoints what its search wrote
-// within 8 s, its ended runs leave memory —: never a reference's, whose
-// throughput a gateway's is divided by, and each gateway's as often as
-// another's in as many rounds as there are gateways.
+// left running (a gateway's store checkpoints what its search wrote
+// within 8 s; its ended runs leave memory), so no reference's search —
+// the throughput a gateway's is divided by — follows a gateway's, and in
+// as many rounds as there are gateways each takes each of their places
+// once.
 func satOrder(targets []*target, idx int) []*target {
 	var refs, gws []*target
 	for _, t := range targets {
