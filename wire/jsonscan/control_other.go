@@ -5,3 +5,7 @@ package jsonscan
 const hasControlVector = false
 
 func controlVector(string) bool { panic("jsonscan: no vector control check on this platform") }
+
+func nextMarked(string) (int, uint64, uint64, uint64) {
+	panic("jsonscan: no vector string masks on this platform")
+}

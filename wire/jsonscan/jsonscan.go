@@ -65,6 +65,42 @@ func SkipString(s string, i int) int {
 // arithmetic of ValidString, without its checks.
 func skipDense(s string, i int) int {
 	var carry uint64
+	if hasControlVector && len(s)-i >= 64 {
+		var done bool
+		if i, carry, done = skipDense64(s, i); done {
+			return i
+		}
+	}
+	return skipDenseWords(s, i, carry)
+}
+
+// skipDense64 is skipDense's loop 64 bytes a step where the CPU can mark
+// a block's quotes and backslashes at once (nextMarked, which also passes
+// over blocks with none of them, or of control bytes). It returns the
+// string's end (done), or where fewer than 64 bytes are left and the
+// carry into them.
+func skipDense64(s string, i int) (end int, carry uint64, done bool) {
+	for len(s)-i >= 64 {
+		off, Q, B, _ := nextMarked(s[i:])
+		if off > 0 {
+			carry = 0 // it escaped the first byte of a block with no quote
+		}
+		if i += off; len(s)-i < 64 {
+			break
+		}
+		var esc uint64
+		esc, carry = escaped(B, carry, 64)
+		if end := Q &^ esc; end != 0 {
+			return i + bits.TrailingZeros64(end) + 1, 0, true
+		}
+		i += 64
+	}
+	return i, carry, false
+}
+
+// skipDenseWords is skipDense in machine words, from s[i] with the carry
+// of the bytes before it.
+func skipDenseWords(s string, i int, carry uint64) int {
 	for i+16 <= len(s) {
 		x, y := load64(s, i), load64(s, i+8)
 		Q := gather(eqMask(x, '"')) | gather(eqMask(y, '"'))<<8
@@ -73,11 +109,8 @@ func skipDense(s string, i int) int {
 			i += 16
 			continue
 		}
-		const odd = 0xAAAA
-		starts := B &^ carry
-		code := ((starts<<1 | odd) - starts) ^ odd
-		esc := (code ^ (B | carry)) & 0xFFFF
-		carry = code & B >> 15 & 1
+		var esc uint64
+		esc, carry = escaped(B, carry, 16)
 		if end := Q &^ esc; end != 0 {
 			return i + bits.TrailingZeros64(end) + 1
 		}
