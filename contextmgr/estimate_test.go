@@ -253,6 +253,19 @@ func TestCountClasses(t *testing.T) {
 			check(all[off : off+n])
 		}
 	}
+	// Long bodies of one class, and random ones, around the vector
+	// count's rounds of 255 steps of 32 bytes, after which its byte
+	// lanes would overflow.
+	for _, n := range []int{255 * 32, 255*32 + 32, 256 * 32, 3*255*32 + 17, 200 << 10} {
+		for _, c := range []byte{'a', 0x80, '{'} {
+			check(bytes.Repeat([]byte{c}, n))
+		}
+		long := make([]byte, n)
+		for i := range long {
+			long[i] = all[(i*7+i/13)%len(all)]
+		}
+		check(long)
+	}
 	r := rand.New(rand.NewPCG(5, 5))
 	b := make([]byte, 5000)
 	for range 500 {
