@@ -1,0 +1,71 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+
+// HALF classifies the 32 bytes at off(SI) into the five masks' halves.
+#define HALF(off, alnum, escape, colon, dash, slash) \
+	VMOVDQU   off(SI), Y10  \
+	VPOR      Y1, Y10, Y11  \ // y = x | 0x20
+	VPCMPGTB  Y2, Y11, Y12  \ // y > 0x60
+	VPCMPGTB  Y11, Y3, Y11  \ // 0x7b > y
+	VPAND     Y11, Y12, Y12 \ // letters (high bytes are negative: none)
+	VPCMPGTB  Y4, Y10, Y11  \ // x > 0x2f
+	VPCMPGTB  Y10, Y5, Y13  \ // 0x3a > x
+	VPAND     Y11, Y13, Y11 \ // digits
+	VPOR      Y11, Y12, Y12 \
+	VPMOVMSKB Y12, alnum    \
+	VPMINUB   Y6, Y10, Y11  \
+	VPCMPEQB  Y10, Y11, Y11 \ // x <= 0x1f
+	VPCMPEQB  Y7, Y10, Y12  \ // '"'
+	VPOR      Y12, Y11, Y11 \
+	VPCMPEQB  Y8, Y10, Y12  \ // '\\'
+	VPOR      Y12, Y11, Y11 \
+	VPMOVMSKB Y11, escape   \
+	VPCMPEQB  Y5, Y10, Y11  \ // ':'
+	VPMOVMSKB Y11, colon    \
+	VPCMPEQB  Y9, Y10, Y11  \ // '-'
+	VPMOVMSKB Y11, dash     \
+	VPCMPEQB  Y4, Y10, Y11  \ // '/'
+	VPMOVMSKB Y11, slash
+
+#define BROADCAST(c, y) \
+	MOVQ         $c, DX \
+	MOVQ         DX, X0 \
+	VPBROADCASTQ X0, y
+
+// func tokenMasks(b []byte) (alnum, escape, colon, dash, slash uint64)
+//
+// The classes of b's first 64 bytes that appendNormalized acts on, bit k
+// for byte k: ASCII letters and digits, bytes it escapes (below 0x20, a
+// quote, a backslash), and the three bytes that may follow the first
+// token of a timestamp or a UUID.
+TEXT ·tokenMasks(SB), NOSPLIT, $0-64
+	MOVQ b_base+0(FP), SI
+	BROADCAST(0x2020202020202020, Y1)
+	BROADCAST(0x6060606060606060, Y2)
+	BROADCAST(0x7b7b7b7b7b7b7b7b, Y3)
+	BROADCAST(0x2f2f2f2f2f2f2f2f, Y4)
+	BROADCAST(0x3a3a3a3a3a3a3a3a, Y5)
+	BROADCAST(0x1f1f1f1f1f1f1f1f, Y6)
+	BROADCAST(0x2222222222222222, Y7)
+	BROADCAST(0x5c5c5c5c5c5c5c5c, Y8)
+	BROADCAST(0x2d2d2d2d2d2d2d2d, Y9)
+	HALF(0, AX, BX, CX, DX, R8)
+	HALF(32, R9, R10, R11, R12, R13)
+	SHLQ $32, R9
+	ORQ  R9, AX
+	SHLQ $32, R10
+	ORQ  R10, BX
+	SHLQ $32, R11
+	ORQ  R11, CX
+	SHLQ $32, R12
+	ORQ  R12, DX
+	SHLQ $32, R13
+	ORQ  R13, R8
+	VZEROUPPER
+	MOVQ AX, alnum+24(FP)
+	MOVQ BX, escape+32(FP)
+	MOVQ CX, colon+40(FP)
+	MOVQ DX, dash+48(FP)
+	MOVQ R8, slash+56(FP)
+	RET

@@ -1,0 +1,9 @@
+//go:build !amd64 || purego
+
+package loopguard
+
+const hasTokenMasks = false
+
+func tokenMasks([]byte) (alnum, escape, colon, dash, slash uint64) {
+	panic("loopguard: no vector token masks on this platform")
+}
