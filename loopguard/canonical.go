@@ -563,8 +563,41 @@ func isDigit(c byte) bool { return c >= '0' && c <= '9' }
 // space folded to one space and the ends trimmed, so that a tool result that
 // differs only in line endings or indentation hashes the same.
 func foldText(dst, src []byte) []byte {
-	space := false
-	for i := 0; i < len(src); {
+	space, i := false, 0
+	for hasTokenMasks && len(src)-i >= 64 {
+		// 64 bytes a step where the CPU classifies them at once: a block
+		// of ASCII whose white space stands one byte at a time goes out as
+		// it is, each white space byte written as a space (a last one left
+		// pending, as the byte loop leaves it); any other block, and the
+		// last bytes, go through the byte loop.
+		W, Sp, H := spaceMasks(src[i:])
+		if H != 0 || W&(W<<1) != 0 || W&1 != 0 && (space || len(dst) == 0) {
+			dst, i, space = foldBytes(dst, src, i, i+64, space)
+			continue
+		}
+		if space && len(dst) > 0 {
+			dst = append(dst, ' ')
+		}
+		n := 64
+		if space = W>>63 != 0; space {
+			n = 63
+		}
+		at := len(dst)
+		dst = append(dst, src[i:i+n]...)
+		for m := W &^ Sp & (1<<n - 1); m != 0; m &= m - 1 {
+			dst[at+bits.TrailingZeros64(m)] = ' '
+		}
+		i += 64
+	}
+	dst, _, _ = foldBytes(dst, src, i, len(src), space)
+	return dst
+}
+
+// foldBytes is foldText's loop a byte at a time from src[i] (space: white
+// space came before it, not yet written), until it reaches end or passes
+// it with a run or a character.
+func foldBytes(dst, src []byte, i, end int, space bool) ([]byte, int, bool) {
+	for i < end {
 		c := src[i]
 		if c < utf8.RuneSelf {
 			if isASCIISpace(c) {
@@ -592,7 +625,7 @@ func foldText(dst, src []byte) []byte {
 		}
 		dst, i, space = foldRune(dst, src, i, space)
 	}
-	return dst
+	return dst, i, space
 }
 
 // foldRune folds the character at src[i], not ASCII, into dst as foldText

@@ -13,3 +13,8 @@ var hasTokenMasks = cpu.X86.HasAVX2
 //
 //go:noescape
 func tokenMasks(b []byte) (alnum, escape, colon, dash, slash uint64)
+
+// spaceMasks classifies b's first 64 bytes for foldText (tokens_amd64.s).
+//
+//go:noescape
+func spaceMasks(b []byte) (white, space, high uint64)

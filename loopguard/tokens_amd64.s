@@ -69,3 +69,39 @@ TEXT ·tokenMasks(SB), NOSPLIT, $0-64
 	MOVQ DX, dash+48(FP)
 	MOVQ R8, slash+56(FP)
 	RET
+
+// SPACES classifies the 32 bytes at off(SI) into spaceMasks' halves.
+#define SPACES(off, white, space, high) \
+	VMOVDQU   off(SI), Y10  \
+	VPCMPEQB  Y1, Y10, Y11  \ // ' '
+	VPMOVMSKB Y11, space    \
+	VPCMPGTB  Y2, Y10, Y12  \ // x > 0x08
+	VPCMPGTB  Y10, Y3, Y13  \ // 0x0e > x
+	VPAND     Y12, Y13, Y12 \
+	VPOR      Y11, Y12, Y12 \
+	VPMOVMSKB Y12, white    \
+	VPMOVMSKB Y10, high
+
+// func spaceMasks(b []byte) (white, space, high uint64)
+//
+// The classes of b's first 64 bytes that foldText acts on, bit k for byte
+// k: ASCII white space ('\t' to '\r' and ' '), the spaces among them, and
+// the bytes of characters beyond ASCII.
+TEXT ·spaceMasks(SB), NOSPLIT, $0-48
+	MOVQ b_base+0(FP), SI
+	BROADCAST(0x2020202020202020, Y1)
+	BROADCAST(0x0808080808080808, Y2)
+	BROADCAST(0x0e0e0e0e0e0e0e0e, Y3)
+	SPACES(0, AX, BX, CX)
+	SPACES(32, R8, R9, R10)
+	SHLQ $32, R8
+	ORQ  R8, AX
+	SHLQ $32, R9
+	ORQ  R9, BX
+	SHLQ $32, R10
+	ORQ  R10, CX
+	VZEROUPPER
+	MOVQ AX, white+24(FP)
+	MOVQ BX, space+32(FP)
+	MOVQ CX, high+40(FP)
+	RET

@@ -7,8 +7,8 @@ import (
 	"testing"
 )
 
-// tokenMasks marks a block's bytes as the byte classes do: random blocks
-// hold every byte value at every position many times over.
+// tokenMasks and spaceMasks mark a block's bytes as the byte classes do:
+// random blocks hold every byte value at every position many times over.
 func TestTokenMasks(t *testing.T) {
 	t.Parallel()
 	if !hasTokenMasks {
@@ -21,9 +21,11 @@ func TestTokenMasks(t *testing.T) {
 			b[k] = byte(rng.IntN(256))
 		}
 		alnum, escape, colon, dash, slash := tokenMasks(b)
+		white, space, high := spaceMasks(b)
 		for k, c := range b {
-			want := [5]bool{byteClass[c] >= clLetter, byteClass[c] == clEscape, c == ':', c == '-', c == '/'}
-			for m, mask := range [5]uint64{alnum, escape, colon, dash, slash} {
+			want := [8]bool{byteClass[c] >= clLetter, byteClass[c] == clEscape, c == ':', c == '-', c == '/',
+				isASCIISpace(c), c == ' ', c >= 0x80}
+			for m, mask := range [8]uint64{alnum, escape, colon, dash, slash, white, space, high} {
 				if got := mask>>k&1 == 1; got != want[m] {
 					t.Fatalf("case %d: mask %d, byte %d (%#x): %v, want %v", n, m, k, c, got, want[m])
 				}
@@ -57,6 +59,33 @@ func TestNormalizeBlocks(t *testing.T) {
 		got, want := appendNormalized(nil, s), appendNormalizedRef(nil, s)
 		if !bytes.Equal(got, want) {
 			t.Fatalf("case %d: appendNormalized(%q)\n = %q\nwant %q", n, s, got, want)
+		}
+	}
+}
+
+// foldText writes what the byte-at-a-time reference writes — through its
+// 64-byte steps on a CPU with AVX2 — for text whose white space comes one
+// byte at a time (the blocks written whole, each white space byte as a
+// space) or in runs, at the start and the end, beside characters beyond
+// ASCII, invalid bytes and control bytes, across the blocks' edges.
+func TestFoldBlocks(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(13, 14))
+	pieces := []string{
+		"word", "checkout", "ERROR", "x", "2024-05-01T12:00:00Z", "a,b.c;d", "\x01", "\x7f",
+		" ", " ", " ", "\n", "\t", "\r\n", "  ", " \n ", "\v\f", "é", "世界", "\u2003", "\u00a0", "\xff", "\xc3(",
+	}
+	for n := range 30000 {
+		var b strings.Builder
+		for range rng.IntN(90) {
+			b.WriteString(pieces[rng.IntN(len(pieces))])
+		}
+		s := []byte(b.String())
+		for _, prefix := range [][]byte{nil, []byte("kept")} {
+			got, want := foldText(prefix, s), foldTextRef(prefix, s)
+			if !bytes.Equal(got, want) {
+				t.Fatalf("case %d: foldText(%q, %q)\n = %q\nwant %q", n, prefix, s, got, want)
+			}
 		}
 	}
 }
