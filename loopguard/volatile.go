@@ -146,26 +146,38 @@ func normalizeBytes(dst, s []byte, from, i int) []byte {
 			j++
 		}
 		// Only a token of 2, 4 or 8 bytes may start a multi-token match
-		// (see matchAt); most are other lengths and skip the call.
-		if run := j - i; run&(run-1) == 0 && run&0b1110 != 0 {
-			if n := matchAt(s[i:], run); n != 0 {
-				dst = append(dst, s[from:i]...)
-				if n > 0 {
-					dst, i = append(dst, phTime...), i+n
-				} else {
-					dst, i = append(dst, phUUID...), i-n
-				}
-				from = i
-				continue
-			}
+		// (see matchAt), and one of 10 or more be a run to classify: most
+		// are other lengths, and nothing is written for them.
+		if run := j - i; run < 10 && (run&(run-1) != 0 || run&0b1110 == 0) {
+			i = j
+			continue
 		}
-		if j-i >= 10 {
-			dst = appendRun(append(dst, s[from:i]...), s[i:j])
-			from = j
-		}
-		i = j
+		dst, from, i = normalizeToken(dst, s, from, i, j)
 	}
 	return append(dst, s[from:]...)
+}
+
+// normalizeToken writes the token of letters and digits s[i:j] as the
+// byte loop reads it — a timestamp or a UUID that starts there as its
+// placeholder, a token of 10 bytes or more as appendRun writes it, any
+// other token left in s[from:] — and returns dst, from and the index after
+// what it read.
+func normalizeToken(dst, s []byte, from, i, j int) ([]byte, int, int) {
+	if run := j - i; run&(run-1) == 0 && run&0b1110 != 0 {
+		if n := matchAt(s[i:], run); n != 0 {
+			dst = append(dst, s[from:i]...)
+			if n > 0 {
+				dst, i = append(dst, phTime...), i+n
+			} else {
+				dst, i = append(dst, phUUID...), i-n
+			}
+			return dst, i, i
+		}
+	}
+	if j-i >= 10 {
+		return appendRun(append(dst, s[from:i]...), s[i:j]), j, j
+	}
+	return dst, from, j
 }
 
 // normalizeBlocks is appendNormalized's loop 64 bytes a step where the CPU
@@ -181,7 +193,7 @@ func normalizeBytes(dst, s []byte, from, i int) []byte {
 // handles it. It returns dst, from, and where the byte loop goes on for
 // the last bytes: at a token's start.
 func normalizeBlocks(dst, s []byte) ([]byte, int, int) {
-	from, i := 0, 0 // as in normalizeBytes; i: the end of what was acted on
+	from, i := 0, 0 // as in normalizeBytes; i: the end of what was read
 	base := 0       // the block's first byte
 	var prev uint64 // the alnum mask of the 64 bytes before base
 	for len(s)-base >= 64 {
@@ -224,20 +236,9 @@ func normalizeBlocks(dst, s []byte) ([]byte, int, int) {
 			for j < len(s) && byteClass[s[j]] >= clLetter {
 				j++
 			}
-			if run := j - start; run < 10 {
-				if n := matchAt(s[start:], run); n != 0 {
-					dst = append(dst, s[from:start]...)
-					if n > 0 {
-						dst, i = append(dst, phTime...), start+n
-					} else {
-						dst, i = append(dst, phUUID...), start-n
-					}
-					from = i
-				}
-				continue
-			}
-			dst = appendRun(append(dst, s[from:start]...), s[start:j])
-			from, i = j, j
+			// i goes past the token (a follower's ends inside the
+			// block), or past what an action wrote, which may end beyond.
+			dst, from, i = normalizeToken(dst, s, from, start, j)
 		}
 		if i > base+64 {
 			// An action wrote past the block: go on after it, where a
