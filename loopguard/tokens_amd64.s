@@ -28,6 +28,11 @@
 	VPCMPEQB  Y4, Y10, Y11  \ // '/'
 	VPMOVMSKB Y11, slash
 
+// JOIN puts the mask of a block's second half (hi) above its first's (lo).
+#define JOIN(lo, hi) \
+	SHLQ $32, hi \
+	ORQ  hi, lo
+
 #define BROADCAST(c, y) \
 	MOVQ         $c, DX \
 	MOVQ         DX, X0 \
@@ -52,16 +57,11 @@ TEXT ·tokenMasks(SB), NOSPLIT, $0-64
 	BROADCAST(0x2d2d2d2d2d2d2d2d, Y9)
 	HALF(0, AX, BX, CX, DX, R8)
 	HALF(32, R9, R10, R11, R12, R13)
-	SHLQ $32, R9
-	ORQ  R9, AX
-	SHLQ $32, R10
-	ORQ  R10, BX
-	SHLQ $32, R11
-	ORQ  R11, CX
-	SHLQ $32, R12
-	ORQ  R12, DX
-	SHLQ $32, R13
-	ORQ  R13, R8
+	JOIN(AX, R9)
+	JOIN(BX, R10)
+	JOIN(CX, R11)
+	JOIN(DX, R12)
+	JOIN(R8, R13)
 	VZEROUPPER
 	MOVQ AX, alnum+24(FP)
 	MOVQ BX, escape+32(FP)
@@ -94,12 +94,9 @@ TEXT ·spaceMasks(SB), NOSPLIT, $0-48
 	BROADCAST(0x0e0e0e0e0e0e0e0e, Y3)
 	SPACES(0, AX, BX, CX)
 	SPACES(32, R8, R9, R10)
-	SHLQ $32, R8
-	ORQ  R8, AX
-	SHLQ $32, R9
-	ORQ  R9, BX
-	SHLQ $32, R10
-	ORQ  R10, CX
+	JOIN(AX, R8)
+	JOIN(BX, R9)
+	JOIN(CX, R10)
 	VZEROUPPER
 	MOVQ AX, white+24(FP)
 	MOVQ BX, space+32(FP)

@@ -41,6 +41,15 @@ done:
 	SETNE        ret+16(FP)
 	RET
 
+// MASK64 stores the 64-bit mask of the byte lanes of lo (bits 0-31) and
+// hi (bits 32-63) in out.
+#define MASK64(lo, hi, out) \
+	VPMOVMSKB lo, AX \
+	VPMOVMSKB hi, BX \
+	SHLQ      $32, BX \
+	ORQ       BX, AX \
+	MOVQ      AX, out
+
 // func nextMarked(s string) (off int, quote, backslash, control uint64)
 //
 // The first whole 64-byte block of s holding a quote, a backslash or a
@@ -95,21 +104,9 @@ none:
 	RET
 
 found:
-	MOVQ      DI, off+16(FP)
-	VPMOVMSKB Y6, AX
-	VPMOVMSKB Y7, BX
-	SHLQ      $32, BX
-	ORQ       BX, AX
-	MOVQ      AX, quote+24(FP)
-	VPMOVMSKB Y8, AX
-	VPMOVMSKB Y9, BX
-	SHLQ      $32, BX
-	ORQ       BX, AX
-	MOVQ      AX, backslash+32(FP)
-	VPMOVMSKB Y10, AX
-	VPMOVMSKB Y11, BX
-	SHLQ      $32, BX
-	ORQ       BX, AX
-	MOVQ      AX, control+40(FP)
+	MOVQ DI, off+16(FP)
+	MASK64(Y6, Y7, quote+24(FP))
+	MASK64(Y8, Y9, backslash+32(FP))
+	MASK64(Y10, Y11, control+40(FP))
 	VZEROUPPER
 	RET
