@@ -2,7 +2,7 @@
 
 package jsonscan
 
-const hasControlVector = false
+const hasAVX2 = false
 
 func controlVector(string) bool { panic("jsonscan: no vector control check on this platform") }
 

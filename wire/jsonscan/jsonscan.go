@@ -65,7 +65,7 @@ func SkipString(s string, i int) int {
 // arithmetic of ValidString, without its checks.
 func skipDense(s string, i int) int {
 	var carry uint64
-	if hasControlVector && len(s)-i >= 64 {
+	if hasAVX2 && len(s)-i >= 64 {
 		var done bool
 		if i, carry, done = skipDense64(s, i); done {
 			return i

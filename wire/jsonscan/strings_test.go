@@ -43,11 +43,11 @@ func TestDenseBlocks(t *testing.T) {
 			t.Fatalf("case %d: validDenseWords(%q) = %d, want %d", n, body, got, want)
 		}
 		if got := validDense(body, 0); got != want {
-			t.Fatalf("case %d: validDense(%q) = %d, want %d (AVX2 %v)", n, body, got, want, hasControlVector)
+			t.Fatalf("case %d: validDense(%q) = %d, want %d (AVX2 %v)", n, body, got, want, hasAVX2)
 		}
 		skip := skipDenseWords(body, 0, 0)
 		if got := skipDense(body, 0); got != skip {
-			t.Fatalf("case %d: skipDense(%q) = %d, its word loops %d (AVX2 %v)", n, body, got, skip, hasControlVector)
+			t.Fatalf("case %d: skipDense(%q) = %d, its word loops %d (AVX2 %v)", n, body, got, skip, hasAVX2)
 		}
 		if want > 0 && skip != want {
 			t.Fatalf("case %d: skipDense(%q) = %d, want %d", n, body, skip, want)
@@ -86,7 +86,7 @@ func TestSparseStrings(t *testing.T) {
 		if got := validSparse(s, 1); got != want {
 			t.Fatalf("case %d: validSparse(%q) = %d, want %d", n, s, got, want)
 		}
-		if hasControlVector {
+		if hasAVX2 {
 			if got := validSparse64(s, 1); got != want {
 				t.Fatalf("case %d: validSparse64(%q) = %d, want %d", n, s, got, want)
 			}

@@ -169,7 +169,7 @@ func ValidString(s string, i int) int {
 		i = j // a backslash or a control byte: the loop below decides
 		break
 	}
-	if hasControlVector {
+	if hasAVX2 {
 		return validSparse64(s, i)
 	}
 	return validSparse(s, i)
@@ -256,7 +256,7 @@ func validSparse(s string, i int) int {
 
 // hasControl reports whether s holds a byte below 0x20.
 func hasControl(s string) bool {
-	if len(s) >= 64 && hasControlVector {
+	if len(s) >= 64 && hasAVX2 {
 		// A long string (a tool result, a history) is most of a large
 		// body's bytes: 32 at a time where the CPU allows.
 		n := len(s) &^ 31
@@ -295,7 +295,7 @@ func hasControl(s string) bool {
 // other than \" and \\.
 func validDense(s string, i int) int {
 	var carry uint64
-	if hasControlVector && len(s)-i >= 64 {
+	if hasAVX2 && len(s)-i >= 64 {
 		var done bool
 		if i, carry, done = validDense64(s, i); done {
 			return i
