@@ -4,15 +4,9 @@ package jsonscan
 
 import "golang.org/x/sys/cpu"
 
-// hasAVX2: the vector control check and string masks (control_amd64.s)
-// need AVX2; other CPUs read strings in machine words.
+// hasAVX2: the string masks (control_amd64.s) need AVX2; other CPUs read
+// strings in machine words.
 var hasAVX2 = cpu.X86.HasAVX2
-
-// controlVector reports whether s, a multiple of 32 bytes long, holds a
-// byte below 0x20 (control_amd64.s).
-//
-//go:noescape
-func controlVector(s string) bool
 
 // nextMarked returns the offset of the first whole 64-byte block of s
 // holding a quote, a backslash or a control byte, and its masks of each

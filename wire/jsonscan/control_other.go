@@ -4,8 +4,6 @@ package jsonscan
 
 const hasAVX2 = false
 
-func controlVector(string) bool { panic("jsonscan: no vector control check on this platform") }
-
 func nextMarked(string) (int, uint64, uint64, uint64) {
 	panic("jsonscan: no vector string masks on this platform")
 }

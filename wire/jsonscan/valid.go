@@ -254,17 +254,10 @@ func validSparse(s string, i int) int {
 	}
 }
 
-// hasControl reports whether s holds a byte below 0x20.
+// hasControl reports whether s holds a byte below 0x20, in machine words:
+// validSparse's check, where the CPU has no AVX2 (with it, nextMarked
+// finds control bytes in the same pass as the quotes).
 func hasControl(s string) bool {
-	if len(s) >= 64 && hasAVX2 {
-		// A long string (a tool result, a history) is most of a large
-		// body's bytes: 32 at a time where the CPU allows.
-		n := len(s) &^ 31
-		if controlVector(s[:n]) {
-			return true
-		}
-		s = s[n:]
-	}
 	var acc uint64
 	i := 0
 	for ; i+32 <= len(s); i += 32 {

@@ -231,10 +231,9 @@ func FuzzAppendEscaped(f *testing.F) {
 	})
 }
 
-// hasControl — the word loop and, on long strings, the vector check this
-// machine may run — finds one control byte at any position of strings of
-// every length around the 32- and 64-byte steps, and none where there is
-// none (0x20, 0x7f and bytes >= 0x80 are not control bytes).
+// hasControl finds one control byte at any position of strings of every
+// length around its 32- and 8-byte steps, and none where there is none
+// (0x20, 0x7f and bytes >= 0x80 are not control bytes).
 func TestHasControl(t *testing.T) {
 	plain := []byte(strings.Repeat("a \x7f\x80\xff~ Z", 40))
 	for n := 0; n <= 300; n++ {
