@@ -12,9 +12,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -56,6 +58,47 @@ func TestShort(t *testing.T) {
 	own := regexp.MustCompile(`\| gateway's own overhead p50 / p99 \(its overhead header\), 1,000 req/s, 2 KB \|( — \|)+ [1-9][\d,.]* / [1-9][\d,.]* \|`)
 	if !own.MatchString(out) {
 		t.Errorf("report lacks the gateway's own overhead\n%s", out)
+	}
+	// The proxies' context switches per request, counted over their
+	// threads: each request wakes a proxy at least once at 1,000 req/s.
+	sw := regexp.MustCompile(`(?m)^\| context switches per request at 1,000 req/s, proxy process \| — \|( [1-9][\d.]* \|)+\s+\|\s+\|$`)
+	if !sw.MatchString(out) {
+		t.Errorf("report lacks the proxies' context switches\n%s", out)
+	}
+}
+
+// contextSwitches counts every thread's switches, not only the first
+// thread's (all the process's own status counts): three threads that each
+// sleep n times add at least 3n, where at most one of them is the first.
+func TestContextSwitchesCountsEveryThread(t *testing.T) {
+	const threads, sleeps = 3, 50
+	before, err := contextSwitches(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var slept sync.WaitGroup
+	counted := make(chan struct{})
+	defer close(counted)
+	for range threads {
+		slept.Add(1)
+		go func() {
+			// A thread to itself; it ends with the goroutine, so it
+			// waits until it was counted.
+			runtime.LockOSThread()
+			for range sleeps {
+				time.Sleep(100 * time.Microsecond)
+			}
+			slept.Done()
+			<-counted
+		}()
+	}
+	slept.Wait()
+	after, err := contextSwitches(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after-before < threads*sleeps {
+		t.Errorf("%d switches over %d sleeps", after-before, threads*sleeps)
 	}
 }
 
@@ -303,19 +346,20 @@ func TestInterleave(t *testing.T) {
 }
 
 // A phase measured in turns is read as one: its percentiles and request
-// counts are those of all its samples together, and the proxy's CPU per
-// request counts what it did between its turns too (a checkpoint that ran
-// while other targets had theirs).
+// counts are those of all its samples together, and the proxy's CPU and
+// context switches per request count what it did between its turns too (a
+// checkpoint that ran while other targets had theirs); the mock's CPU
+// counts the target's turns only, as the other targets share the mock.
 func TestPhaseAccMergesTurns(t *testing.T) {
 	var a phaseAcc
-	clock := time.Second // the proxy's CPU counter
-	turn := func(lat []time.Duration, cpu time.Duration) {
-		if a.turns == 0 {
-			a.proxyCPU0 = clock
-		}
-		clock += cpu
-		a.proxyCPU1 = clock
-		a.turns++
+	// The counters: the proxy's CPU and switches, the mock's CPU.
+	clock := cpuSnap{proxy: time.Second, proxySwitches: 1000, mock: time.Second}
+	turn := func(lat []time.Duration, cpu time.Duration, switches int64) {
+		before := clock
+		clock.proxy += cpu
+		clock.proxySwitches += switches
+		clock.mock += 2 * cpu
+		a.addTurn(before, clock)
 		a.lat = append(a.lat, lat...)
 		a.requests += len(lat)
 		a.elapsed += time.Second
@@ -327,11 +371,16 @@ func TestPhaseAccMergesTurns(t *testing.T) {
 		}
 		return d
 	}
-	turn(ms(1, 1, 1, 1, 1), 5*time.Millisecond) // a quiet turn
-	clock += 10 * time.Millisecond              // background work in the others' turns
-	turn(ms(9, 9, 9, 9, 9, 9), 50*time.Millisecond)
+	turn(ms(1, 1, 1, 1, 1), 5*time.Millisecond, 30) // a quiet turn
+	// Work in the others' turns: the proxy's background, the mock's
+	// serving them.
+	clock.proxy += 10 * time.Millisecond
+	clock.proxySwitches += 14
+	clock.mock += time.Second
+	turn(ms(9, 9, 9, 9, 9, 9), 50*time.Millisecond, 66)
 	r := a.result(&target{proxy: &proc{}})
-	if r.Requests != 11 || r.P50us != 9000 || r.MaxUs != 9000 || r.Throughput != 5.5 || r.ProxyCPUus != 65000.0/11 {
+	if r.Requests != 11 || r.P50us != 9000 || r.MaxUs != 9000 || r.Throughput != 5.5 ||
+		r.ProxyCPUus != 65000.0/11 || r.ProxySwitches != 110.0/11 || r.MockCPUus != 110000.0/11 {
 		t.Errorf("merged %+v", r)
 	}
 }

@@ -29,19 +29,24 @@ type target struct {
 
 // phaseResult is one fixed-rate or closed-loop phase against one target.
 type phaseResult struct {
-	Requests    int            `json:"requests"`
-	Errors      int            `json:"errors"`
-	ErrorSample []string       `json:"error_sample,omitempty"`
-	Unforwarded int64          `json:"unforwarded"` // answered by the proxy without reaching the mock
-	Seconds     float64        `json:"seconds"`
-	Throughput  float64        `json:"throughput_rps"`
-	P50us       float64        `json:"p50_us"`
-	P90us       float64        `json:"p90_us"`
-	P99us       float64        `json:"p99_us"`
-	MaxUs       float64        `json:"max_us"`
-	ProxyCPUus  float64        `json:"proxy_cpu_us_per_req,omitempty"`
-	MockCPUus   float64        `json:"mock_cpu_us_per_req"`
-	RunStates   map[string]int `json:"run_states,omitempty"` // X-Run-State of the answers
+	Requests    int      `json:"requests"`
+	Errors      int      `json:"errors"`
+	ErrorSample []string `json:"error_sample,omitempty"`
+	Unforwarded int64    `json:"unforwarded"` // answered by the proxy without reaching the mock
+	Seconds     float64  `json:"seconds"`
+	Throughput  float64  `json:"throughput_rps"`
+	P50us       float64  `json:"p50_us"`
+	P90us       float64  `json:"p90_us"`
+	P99us       float64  `json:"p99_us"`
+	MaxUs       float64  `json:"max_us"`
+	ProxyCPUus  float64  `json:"proxy_cpu_us_per_req,omitempty"`
+	MockCPUus   float64  `json:"mock_cpu_us_per_req"`
+	// ProxySwitches is the proxy's context switches per request, over all
+	// its threads: how often it blocked or was put off a core. A count,
+	// it is steadier than CPU time on a shared machine, whose steal and
+	// cache misses stretch the time but not the count.
+	ProxySwitches float64        `json:"proxy_switches_per_req,omitempty"`
+	RunStates     map[string]int `json:"run_states,omitempty"` // X-Run-State of the answers
 	// Runs is how many distinct X-Run-Id the answers carried (gateways
 	// only): requests / runs is the steps the gateway saw in a run.
 	Runs int `json:"runs,omitempty"`
@@ -83,14 +88,19 @@ func targeter(base string, w *workload) vegeta.Targeter {
 	}
 }
 
-// cpuSnap holds the CPU time of a target's processes at one moment.
-type cpuSnap struct{ mock, proxy time.Duration }
+// cpuSnap holds the CPU time of a target's processes, and the proxy's
+// context switches, at one moment.
+type cpuSnap struct {
+	mock, proxy   time.Duration
+	proxySwitches int64
+}
 
 func snapCPU(t *target) cpuSnap {
 	var s cpuSnap
 	s.mock, _ = cpuTime(t.mock.pid())
 	if t.proxy != nil {
 		s.proxy, _ = cpuTime(t.proxy.pid())
+		s.proxySwitches, _ = contextSwitches(t.proxy.pid())
 	}
 	return s
 }
@@ -116,11 +126,21 @@ type phaseAcc struct {
 	unforwarded int64
 	elapsed     time.Duration
 	mockCPU     time.Duration // the mock's CPU in the target's turns (others share the mock)
-	// The proxy's CPU from its first turn's start to its last turn's end:
-	// its background work (the gateway's checkpoint) may run while other
-	// targets take their turns, and is its own.
-	proxyCPU0, proxyCPU1 time.Duration
-	turns                int
+	// The proxy's counters at its first turn's start and its last turn's
+	// end: its background work (the gateway's checkpoint) may run while
+	// other targets take their turns, and is its own.
+	proxy0, proxy1 cpuSnap
+	turns          int
+}
+
+// addTurn adds the counters read before and after one turn.
+func (a *phaseAcc) addTurn(before, after cpuSnap) {
+	a.mockCPU += after.mock - before.mock
+	if a.turns == 0 {
+		a.proxy0 = before
+	}
+	a.proxy1 = after
+	a.turns++
 }
 
 // attack runs one turn of the phase (see the function attack) and adds
@@ -179,12 +199,7 @@ func (a *phaseAcc) attack(ctx context.Context, c *http.Client, t *target, w *wor
 	cpu1 := snapCPU(t)
 	a.requests += requests
 	a.errors += errs
-	a.mockCPU += cpu1.mock - cpu0.mock
-	if a.turns == 0 {
-		a.proxyCPU0 = cpu0.proxy
-	}
-	a.proxyCPU1 = cpu1.proxy
-	a.turns++
+	a.addTurn(cpu0, cpu1)
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -209,7 +224,8 @@ func (a *phaseAcc) result(t *target) phaseResult {
 	if n := float64(a.requests); n > 0 {
 		r.MockCPUus = float64(a.mockCPU.Microseconds()) / n
 		if t.proxy != nil {
-			r.ProxyCPUus = float64((a.proxyCPU1 - a.proxyCPU0).Microseconds()) / n
+			r.ProxyCPUus = float64((a.proxy1.proxy - a.proxy0.proxy).Microseconds()) / n
+			r.ProxySwitches = float64(a.proxy1.proxySwitches-a.proxy0.proxySwitches) / n
 		}
 	}
 	if len(a.states) > 0 {
@@ -246,6 +262,7 @@ type saturation struct {
 	PeakRPS     float64    `json:"peak_rps"`
 	PeakConc    int        `json:"peak_concurrency"`
 	ProxyCPUus  float64    `json:"proxy_cpu_us_per_req"` // at the peak level
+	ProxySwitch float64    `json:"proxy_switches_per_req,omitempty"`
 	MockCPUus   float64    `json:"mock_cpu_us_per_req"`
 	Errors      int        `json:"errors"`
 	Requests    int        `json:"requests"`
@@ -273,7 +290,7 @@ func saturate(ctx context.Context, c *http.Client, t *target, w *workload, maxCo
 		}
 		if r.Throughput > s.PeakRPS {
 			s.PeakRPS, s.PeakConc = r.Throughput, conc
-			s.ProxyCPUus, s.MockCPUus = r.ProxyCPUus, r.MockCPUus
+			s.ProxyCPUus, s.MockCPUus, s.ProxySwitch = r.ProxyCPUus, r.MockCPUus, r.ProxySwitches
 		}
 		if flat >= 2 {
 			break

@@ -367,12 +367,44 @@ func statusField(pid int, field string) string {
 	if err != nil {
 		return ""
 	}
-	for _, line := range strings.Split(string(b), "\n") {
+	return statusValue(b, field)
+}
+
+// statusValue returns a field of a status file's text.
+func statusValue(status []byte, field string) string {
+	for line := range strings.SplitSeq(string(status), "\n") {
 		if v, ok := strings.CutPrefix(line, field+":"); ok {
 			return strings.TrimSpace(v)
 		}
 	}
 	return ""
+}
+
+// contextSwitches returns the context switches, voluntary and not, of all
+// of a process's threads so far. The process's own status counts only its
+// first thread; a thread that ended takes its count with it (the Go
+// runtime seldom ends one).
+func contextSwitches(pid int) (int64, error) {
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, err
+	}
+	var sum int64
+	for _, t := range tasks {
+		b, err := os.ReadFile(filepath.Join(dir, t.Name(), "status"))
+		if err != nil {
+			continue // the thread ended since the listing
+		}
+		for _, f := range [...]string{"voluntary_ctxt_switches", "nonvoluntary_ctxt_switches"} {
+			n, err := strconv.ParseInt(statusValue(b, f), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("%s of thread %s: %w", f, t.Name(), err)
+			}
+			sum += n
+		}
+	}
+	return sum, nil
 }
 
 // peakRSS returns VmHWM in KiB.

@@ -53,6 +53,8 @@ type summary struct {
 	SatRatio      float64            `json:"saturation_vs_floor,omitempty"`
 	SatCPUus      float64            `json:"proxy_cpu_us_per_req_saturation,omitempty"`
 	SatMockCPUus  float64            `json:"mock_cpu_us_per_req_saturation"`
+	Switches1000  float64            `json:"proxy_switches_per_req_1000rps,omitempty"`
+	SatSwitches   float64            `json:"proxy_switches_per_req_saturation,omitempty"`
 	TTFBus        map[string]float64 `json:"stream_ttfb_p50_us"`
 	AddedTTFBus   map[string]float64 `json:"stream_added_ttfb_p50_us,omitempty"`
 	TTFBRatio     map[string]float64 `json:"stream_added_ttfb_vs_floor,omitempty"`
@@ -233,6 +235,8 @@ func (r *report) summarise() {
 		if proxy {
 			s.SatCPUus = med(func(rd *round) float64 { return rd.Targets[name].Saturation.ProxyCPUus })
 			s.CPU1000us = med(func(rd *round) float64 { return ph(rd, name, phase1000).ProxyCPUus })
+			s.SatSwitches = med(func(rd *round) float64 { return rd.Targets[name].Saturation.ProxySwitch })
+			s.Switches1000 = med(func(rd *round) float64 { return ph(rd, name, phase1000).ProxySwitches })
 			s.PeakRSSKB = med(func(rd *round) float64 { return float64(rd.Targets[name].PeakRSSKB) })
 		}
 		if gw {
@@ -416,6 +420,7 @@ func nanSafe(r *report) *report {
 		t.TTFBNginx = fix(s.TTFBNginx)
 		t.CPU1000us, t.SatRPS, t.SatRatio, t.SatCPUus = round2(s.CPU1000us), round2(s.SatRPS), round2(s.SatRatio), round2(s.SatCPUus)
 		t.SatMockCPUus, t.PeakRSSKB = round2(s.SatMockCPUus), round2(s.PeakRSSKB)
+		t.Switches1000, t.SatSwitches = round2(s.Switches1000), round2(s.SatSwitches)
 		c.Summary[k] = &t
 	}
 	return &c
@@ -515,6 +520,8 @@ func (r *report) markdown(w io.Writer) {
 		row{label: "CPU per request at saturation, proxy process", value: func(s *summary) float64 { return s.SatCPUus },
 			unit: "µs", target: "≤ 60 µs", check: "CPU per request at saturation (gateway process)"},
 		row{label: "CPU per request at 1,000 req/s, proxy process", value: func(s *summary) float64 { return s.CPU1000us }, unit: "µs"},
+		row{label: "context switches per request at saturation, proxy process", value: func(s *summary) float64 { return s.SatSwitches }},
+		row{label: "context switches per request at 1,000 req/s, proxy process", value: func(s *summary) float64 { return s.Switches1000 }},
 		row{label: "CPU per request at saturation, mock process", value: func(s *summary) float64 { return s.SatMockCPUus }, direct: true, unit: "µs"},
 	)
 	for _, api := range r.apis {

@@ -307,8 +307,8 @@ func measureRound(ctx context.Context, o options, c *http.Client, targets []*tar
 		for i, t := range targets {
 			r := accs[i].result(t)
 			rd.Targets[t.name].Phases[ph.name] = r
-			fmt.Fprintf(out, "  %-9s %-22s %6d req  %3d err  p50 %7.0f µs  p99 %7.0f µs  proxy CPU %5.1f µs/req%s\n",
-				t.name, ph.name, r.Requests, r.Errors, r.P50us, r.P99us, r.ProxyCPUus, errNote(r.ErrorSample))
+			fmt.Fprintf(out, "  %-9s %-22s %6d req  %3d err  p50 %7.0f µs  p99 %7.0f µs  proxy CPU %5.1f µs/req, %4.1f switches/req%s\n",
+				t.name, ph.name, r.Requests, r.Errors, r.P50us, r.P99us, r.ProxyCPUus, r.ProxySwitches, errNote(r.ErrorSample))
 		}
 	}
 	apis := []string{apiOpenAI}
@@ -364,8 +364,8 @@ func measureRound(ctx context.Context, o options, c *http.Client, targets []*tar
 			if err != nil {
 				return fmt.Errorf("%s: %w", t.name, err)
 			}
-			fmt.Fprintf(out, "  %-9s %-22s %6d req  %3d err  peak %7.0f req/s at %d workers, proxy CPU %5.1f µs/req, mock %5.1f µs/req%s\n",
-				t.name, "saturation", sat.Requests, sat.Errors, sat.PeakRPS, sat.PeakConc, sat.ProxyCPUus, sat.MockCPUus, errNote(sat.ErrorSample))
+			fmt.Fprintf(out, "  %-9s %-22s %6d req  %3d err  peak %7.0f req/s at %d workers, proxy CPU %5.1f µs/req, %4.1f switches/req, mock %5.1f µs/req%s\n",
+				t.name, "saturation", sat.Requests, sat.Errors, sat.PeakRPS, sat.PeakConc, sat.ProxyCPUus, sat.ProxySwitch, sat.MockCPUus, errNote(sat.ErrorSample))
 			quiesce(ctx, t)
 		}
 		return nil
