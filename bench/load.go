@@ -258,15 +258,15 @@ type satLevel struct {
 
 // saturation is the closed-loop search for the highest throughput.
 type saturation struct {
-	Levels      []satLevel `json:"levels"`
-	PeakRPS     float64    `json:"peak_rps"`
-	PeakConc    int        `json:"peak_concurrency"`
-	ProxyCPUus  float64    `json:"proxy_cpu_us_per_req"` // at the peak level
-	ProxySwitch float64    `json:"proxy_switches_per_req,omitempty"`
-	MockCPUus   float64    `json:"mock_cpu_us_per_req"`
-	Errors      int        `json:"errors"`
-	Requests    int        `json:"requests"`
-	ErrorSample []string   `json:"error_sample,omitempty"`
+	Levels        []satLevel `json:"levels"`
+	PeakRPS       float64    `json:"peak_rps"`
+	PeakConc      int        `json:"peak_concurrency"`
+	ProxyCPUus    float64    `json:"proxy_cpu_us_per_req"` // at the peak level
+	ProxySwitches float64    `json:"proxy_switches_per_req,omitempty"`
+	MockCPUus     float64    `json:"mock_cpu_us_per_req"`
+	Errors        int        `json:"errors"`
+	Requests      int        `json:"requests"`
+	ErrorSample   []string   `json:"error_sample,omitempty"`
 }
 
 // saturate doubles the number of closed-loop workers until throughput stops
@@ -290,7 +290,7 @@ func saturate(ctx context.Context, c *http.Client, t *target, w *workload, maxCo
 		}
 		if r.Throughput > s.PeakRPS {
 			s.PeakRPS, s.PeakConc = r.Throughput, conc
-			s.ProxyCPUus, s.MockCPUus, s.ProxySwitch = r.ProxyCPUus, r.MockCPUus, r.ProxySwitches
+			s.ProxyCPUus, s.MockCPUus, s.ProxySwitches = r.ProxyCPUus, r.MockCPUus, r.ProxySwitches
 		}
 		if flat >= 2 {
 			break

@@ -235,7 +235,7 @@ func (r *report) summarise() {
 		if proxy {
 			s.SatCPUus = med(func(rd *round) float64 { return rd.Targets[name].Saturation.ProxyCPUus })
 			s.CPU1000us = med(func(rd *round) float64 { return ph(rd, name, phase1000).ProxyCPUus })
-			s.SatSwitches = med(func(rd *round) float64 { return rd.Targets[name].Saturation.ProxySwitch })
+			s.SatSwitches = med(func(rd *round) float64 { return rd.Targets[name].Saturation.ProxySwitches })
 			s.Switches1000 = med(func(rd *round) float64 { return ph(rd, name, phase1000).ProxySwitches })
 			s.PeakRSSKB = med(func(rd *round) float64 { return float64(rd.Targets[name].PeakRSSKB) })
 		}

@@ -365,7 +365,7 @@ func measureRound(ctx context.Context, o options, c *http.Client, targets []*tar
 				return fmt.Errorf("%s: %w", t.name, err)
 			}
 			fmt.Fprintf(out, "  %-9s %-22s %6d req  %3d err  peak %7.0f req/s at %d workers, proxy CPU %5.1f µs/req, %4.1f switches/req, mock %5.1f µs/req%s\n",
-				t.name, "saturation", sat.Requests, sat.Errors, sat.PeakRPS, sat.PeakConc, sat.ProxyCPUus, sat.ProxySwitch, sat.MockCPUus, errNote(sat.ErrorSample))
+				t.name, "saturation", sat.Requests, sat.Errors, sat.PeakRPS, sat.PeakConc, sat.ProxyCPUus, sat.ProxySwitches, sat.MockCPUus, errNote(sat.ErrorSample))
 			quiesce(ctx, t)
 		}
 		return nil
