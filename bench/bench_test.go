@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -119,6 +120,53 @@ func TestShortLineage(t *testing.T) {
 	}
 	if steps, _ := strconv.ParseFloat(m[3], 64); steps < 3.5 {
 		t.Errorf("%s runs for %s requests: %.2f steps a run, want about 4\n%s", m[1], m[2], steps, out)
+	}
+}
+
+// -pprof writes the gateway's CPU profiles, taken while it is measured:
+// a profile a turn of a fixed-rate phase and one or more over its
+// saturation search, none of the references, each a gzipped profile whose
+// samples are the gateway's code.
+func TestShortProfiles(t *testing.T) {
+	dir := t.TempDir()
+	out := runHarness(t, "-short", "-only", "^("+phase1000+"|"+phaseSat+")$", "-anthropic=false", "-nginx", "off", "-pprof", dir)
+	if !strings.Contains(out, "CPU profiles, taken while they were measured, are in "+dir) {
+		t.Errorf("the report does not say where the profiles are\n%s", out)
+	}
+	for _, c := range []struct {
+		glob string
+		min  int
+	}{{"haltline-" + phase1000 + "-r1-*.pprof", 2}, {"haltline-" + phaseSat + "-r1-*.pprof", 1}, {"floor-*", 0}, {"direct-*", 0}} {
+		files, _ := filepath.Glob(filepath.Join(dir, c.glob))
+		if len(files) < c.min || (c.min == 0 && len(files) > 0) {
+			t.Errorf("%d files %s, want %d or more (none for a reference)", len(files), c.glob, c.min)
+		}
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "*.pprof"))
+	gatewayCode := false
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		zr, err := gzip.NewReader(bytes.NewReader(raw))
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		prof, err := io.ReadAll(zr)
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		// A CPU profile's sample types are in its string table.
+		if !bytes.Contains(prof, []byte("nanoseconds")) {
+			t.Errorf("%s is not a CPU profile", f)
+		}
+		if strings.Contains(f, phaseSat) && bytes.Contains(prof, []byte("github.com/haltline/haltline/proxy.")) {
+			gatewayCode = true
+		}
+	}
+	if !gatewayCode {
+		t.Errorf("no saturation profile samples the gateway's proxy package: %q", files)
 	}
 }
 

@@ -99,6 +99,7 @@ type options struct {
 	anthropic   bool
 	pin         bool
 	jsonOut     string
+	pprofDir    string // -pprof: where the gateways' CPU profiles go
 	timeout     time.Duration
 	command     string
 	only        *regexp.Regexp
@@ -162,6 +163,7 @@ func parseOptions(args []string) (options, error) {
 	fs.Var(&o.variants, "variant", "extra Haltline target name[@BINARY]=ARGS measured in the same run (repeatable), e.g. 'redis=--redis-url redis://127.0.0.1:6379', or another build: 'new@/tmp/gateway-new='")
 	fs.BoolVar(&o.anthropic, "anthropic", true, "also measure /v1/messages (Anthropic format)")
 	fs.BoolVar(&o.pin, "pin", true, "pin the load generator to CPU 0, the mock and the proxies to CPU 1")
+	fs.StringVar(&o.pprofDir, "pprof", "", "write the Haltline targets' CPU profiles to this directory, read from their /debug/pprof/profile while they are measured: one a turn of each fixed-rate phase, and one after the other, of -sat-step (at least 1 s) over a saturation search and of 1 s over a turn of streams, named TARGET-PHASE-rROUND-NNN.pprof (go tool pprof -top DIR/haltline-saturation-*.pprof); the sampling costs the gateway about 1 % of its CPU")
 	fs.StringVar(&o.jsonOut, "json", "", "write the results as JSON to this file (\"-\" for standard output)")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Minute, "hard bound on the whole run")
 	only := fs.String("only", "", "run only the phases whose names match this regular expression ("+strings.Join(phaseNames, ", ")+"), to profile or compare one; the report's other rows stay empty")

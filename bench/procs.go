@@ -122,9 +122,12 @@ type proc struct {
 	name string
 	cmd  *exec.Cmd
 	addr string
-	log  string // file holding its stderr
-	done chan struct{}
-	err  error
+	// admin is a gateway's control plane (its /debug/pprof), empty for
+	// the others.
+	admin string
+	log   string // file holding its stderr
+	done  chan struct{}
+	err   error
 }
 
 func (s *proc) pid() int { return s.cmd.Process.Pid }
@@ -267,7 +270,7 @@ func startGateway(ctx context.Context, pl *placement, dir, name, bin, mockURL st
 		// Provider keys in the harness's environment must not turn the
 		// gateway into the virtual-key mode: the agent's key passes through.
 		cmd.Env = filterEnv(os.Environ(), "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL")
-		s = &proc{name: name, cmd: cmd, addr: listen, log: filepath.Join(dir, name+".log"), done: make(chan struct{})}
+		s = &proc{name: name, cmd: cmd, addr: listen, admin: admin, log: filepath.Join(dir, name+".log"), done: make(chan struct{})}
 		logf, err := os.Create(s.log)
 		if err != nil {
 			return nil, err

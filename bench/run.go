@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -93,6 +94,11 @@ func run(ctx context.Context, o options, out io.Writer) (*report, error) {
 	gateways := []variant{{name: "haltline", args: o.gatewayArgs}}
 	gateways = append(gateways, o.variants...)
 
+	if o.pprofDir != "" {
+		if err := os.MkdirAll(o.pprofDir, 0o755); err != nil {
+			return nil, err
+		}
+	}
 	rep := newReport(o, pl, gateways, ngx != nil, ngxNote)
 	fmt.Fprintf(out, "placement: %s\n", pl.method())
 	fmt.Fprintf(out, "nginx: %s\n", ngxNote)
@@ -109,6 +115,10 @@ func run(ctx context.Context, o options, out io.Writer) (*report, error) {
 	rep.Meta.Seconds = time.Since(started).Seconds()
 	rep.summarise()
 	rep.markdown(out)
+	if o.pprofDir != "" {
+		fmt.Fprintf(out, "\nThe gateways' CPU profiles, taken while they were measured, are in %s (go tool pprof -top %s).\n",
+			o.pprofDir, filepath.Join(o.pprofDir, gateways[0].name+"-"+phaseSat+"-*.pprof"))
+	}
 	if o.jsonOut != "" {
 		if err := rep.writeJSON(o.jsonOut, out); err != nil {
 			return rep, err
@@ -252,6 +262,7 @@ func measureRound(ctx context.Context, o options, c *http.Client, targets []*tar
 	wl := func(t *target, api string, size int, stream bool, name string) *workload {
 		return &workload{api: api, size: size, steps: o.steps, slots: o.slots, stream: stream, tag: t.tag + "-" + name, lineage: o.lineage}
 	}
+	prof := newProfiles(o.pprofDir, idx)
 	// Warm-up: connections, the proxies' pools and heaps, both APIs.
 	for _, t := range targets {
 		if _, err := attack(ctx, c, t, wl(t, apiOpenAI, size2KB, false, "warm"), 500, 0, o.warmup); err != nil {
@@ -293,8 +304,8 @@ func measureRound(ctx context.Context, o options, c *http.Client, targets []*tar
 		var err error
 		rd.PhaseMachine[ph.name], err = probe.around(out, ph.name, func() error {
 			return interleave(ctx, len(targets), o.turns, func(i, _ int) error {
-				t := targets[i]
-				if err := accs[i].attack(ctx, c, t, wls[i], ph.rate, 0, o.duration/time.Duration(o.turns)); err != nil {
+				t, d := targets[i], o.duration/time.Duration(o.turns)
+				if err := prof.during(ctx, t, ph.name, d, func() error { return accs[i].attack(ctx, c, t, wls[i], ph.rate, 0, d) }); err != nil {
 					return fmt.Errorf("%s: %w", t.name, err)
 				}
 				quiesce(ctx, t)
@@ -329,7 +340,7 @@ func measureRound(ctx context.Context, o options, c *http.Client, targets []*tar
 			return interleave(ctx, len(targets), o.turns, func(i, s int) error {
 				// The o.streams calls shared out over the turns.
 				n := o.streams*(s+1)/o.turns - o.streams*s/o.turns
-				if err := accs[i].streams(ctx, c, targets[i], wls[i], n); err != nil {
+				if err := prof.during(ctx, targets[i], "stream_"+api, time.Second, func() error { return accs[i].streams(ctx, c, targets[i], wls[i], n) }); err != nil {
 					return fmt.Errorf("%s: %w", targets[i].name, err)
 				}
 				return nil
@@ -359,7 +370,12 @@ func measureRound(ctx context.Context, o options, c *http.Client, targets []*tar
 			// instead of leaving up to -slots unfinished runs per level in
 			// the gateway (until their deadline), a heap that would be
 			// the harness's doing.
-			sat, err := saturate(ctx, c, t, wl(t, apiOpenAI, size2KB, false, "sat"), o.satMax, o.satStep)
+			var sat saturation
+			err := prof.during(ctx, t, phaseSat, o.satStep, func() error {
+				var err error
+				sat, err = saturate(ctx, c, t, wl(t, apiOpenAI, size2KB, false, "sat"), o.satMax, o.satStep)
+				return err
+			})
 			rd.Targets[t.name].Saturation = sat
 			if err != nil {
 				return fmt.Errorf("%s: %w", t.name, err)
