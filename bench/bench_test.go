@@ -41,7 +41,8 @@ func TestMain(m *testing.M) {
 // TestShort runs `go run ./bench -short`: direct, floor and the real
 // gateway binary, every phase, and requires every request to succeed.
 func TestShort(t *testing.T) {
-	out := runHarness(t, "-short", "-duration", "300ms", "-sat-step", "250ms", "-streams", "5")
+	results := filepath.Join(t.TempDir(), "results.json")
+	out := runHarness(t, "-short", "-duration", "300ms", "-sat-step", "250ms", "-streams", "5", "-json", results)
 	for _, want := range []string{"| 1,000 req/s, 200 KB |", "| saturation throughput", "| requests / errors / not forwarded |", "haltline",
 		"Machine (median of the rounds): servers' CPU:", " servers' CPU stolen, % (rounds) |", "Servers' CPU stolen by the hypervisor (%, rounds) during the streams:",
 		"runs for", "sent as X-Run-Id"} {
@@ -65,6 +66,35 @@ func TestShort(t *testing.T) {
 	sw := regexp.MustCompile(`(?m)^\| context switches per request at 1,000 req/s, proxy process \| — \|( [1-9][\d.]* \|)+\s+\|\s+\|$`)
 	if !sw.MatchString(out) {
 		t.Errorf("report lacks the proxies' context switches\n%s", out)
+	}
+	// Every target's saturation figures are those of its search's best
+	// concurrency held after the search, not of the search's best level.
+	if !strings.Contains(out, "The saturation figures are read over each search's best concurrency held 500ms after it.") {
+		t.Errorf("the report does not say what the saturation figures are read over\n%s", out)
+	}
+	raw, err := os.ReadFile(results)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep report
+	if err := json.Unmarshal(raw, &rep); err != nil {
+		t.Fatal(err)
+	}
+	for name, res := range rep.Rounds[0].Targets {
+		sat := res.Saturation
+		if sat.Held == nil {
+			t.Errorf("%s: the saturation search's best concurrency was not held", name)
+			continue
+		}
+		h := sat.Held
+		if h.Concurrency != sat.PeakConc || h.Result.Requests == 0 || sat.PeakRPS != h.Result.Throughput ||
+			sat.ProxyCPUus != h.Result.ProxyCPUus || sat.SearchRPS == 0 {
+			t.Errorf("%s: saturation figures %.0f req/s, %.1f µs/req at %d workers, not the hold's %.0f, %.1f at %d (%d requests); search %.0f",
+				name, sat.PeakRPS, sat.ProxyCPUus, sat.PeakConc, h.Result.Throughput, h.Result.ProxyCPUus, h.Concurrency, h.Result.Requests, sat.SearchRPS)
+		}
+		if (name == "direct") != (sat.ProxyCPUus == 0) {
+			t.Errorf("%s: proxy CPU %.1f µs/req at saturation", name, sat.ProxyCPUus)
+		}
 	}
 }
 

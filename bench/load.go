@@ -256,22 +256,38 @@ type satLevel struct {
 	Result      phaseResult `json:"result"`
 }
 
-// saturation is the closed-loop search for the highest throughput.
+// saturation is the closed-loop search for the highest throughput, then
+// its best concurrency held (Held): the figures are the held ones when it
+// was, else the search's best level's.
 type saturation struct {
 	Levels        []satLevel `json:"levels"`
 	PeakRPS       float64    `json:"peak_rps"`
 	PeakConc      int        `json:"peak_concurrency"`
-	ProxyCPUus    float64    `json:"proxy_cpu_us_per_req"` // at the peak level
+	ProxyCPUus    float64    `json:"proxy_cpu_us_per_req"`
 	ProxySwitches float64    `json:"proxy_switches_per_req,omitempty"`
 	MockCPUus     float64    `json:"mock_cpu_us_per_req"`
-	Errors        int        `json:"errors"`
-	Requests      int        `json:"requests"`
-	ErrorSample   []string   `json:"error_sample,omitempty"`
+	// Held is PeakConc held for -sat-hold; SearchRPS and SearchCPUus are
+	// the search's best level, which the figures above were until the
+	// thirtieth session.
+	Held        *satLevel `json:"held,omitempty"`
+	SearchRPS   float64   `json:"search_peak_rps,omitempty"`
+	SearchCPUus float64   `json:"search_proxy_cpu_us_per_req,omitempty"`
+	Errors      int       `json:"errors"`
+	Requests    int       `json:"requests"`
+	ErrorSample []string  `json:"error_sample,omitempty"`
 }
 
 // saturate doubles the number of closed-loop workers until throughput stops
-// growing: two levels in a row that do not beat the best by 3 % end it.
-func saturate(ctx context.Context, c *http.Client, t *target, w *workload, maxConc int, step time.Duration) (saturation, error) {
+// growing (two levels in a row that do not beat the best by 3 % end it),
+// then holds the best level's concurrency for hold (none when 0).
+//
+// The hold is what the figures are read over. A level of the search is
+// shorter than the gateway's checkpoint period (8 s), so one level bears
+// a checkpoint's CPU and the next none, and the best level found was more
+// often one without: its figures were those of a gateway that writes
+// nothing into its store file. A hold of two periods or more bears them as
+// a sustained load does.
+func saturate(ctx context.Context, c *http.Client, t *target, w *workload, maxConc int, step, hold time.Duration) (saturation, error) {
 	var s saturation
 	flat := 0
 	for conc := 1; conc <= maxConc; conc *= 2 {
@@ -295,6 +311,19 @@ func saturate(ctx context.Context, c *http.Client, t *target, w *workload, maxCo
 		if flat >= 2 {
 			break
 		}
+	}
+	if hold > 0 && s.PeakConc > 0 {
+		r, err := attack(ctx, c, t, w, 0, s.PeakConc, hold)
+		if err != nil {
+			return s, err
+		}
+		s.Held = &satLevel{Concurrency: s.PeakConc, Result: r}
+		s.Errors += r.Errors
+		s.Requests += r.Requests
+		s.ErrorSample = append(s.ErrorSample, r.ErrorSample...)
+		s.SearchRPS, s.SearchCPUus = s.PeakRPS, s.ProxyCPUus
+		s.PeakRPS = r.Throughput
+		s.ProxyCPUus, s.MockCPUus, s.ProxySwitches = r.ProxyCPUus, r.MockCPUus, r.ProxySwitches
 	}
 	if len(s.ErrorSample) > 5 {
 		s.ErrorSample = s.ErrorSample[:5]

@@ -79,6 +79,7 @@ type options struct {
 	warmup   time.Duration
 	satStep  time.Duration
 	satMax   int
+	satHold  time.Duration
 	streams  int
 	chunks   int
 	chunkGap time.Duration
@@ -150,6 +151,7 @@ func parseOptions(args []string) (options, error) {
 	fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "warm-up at 500 req/s before each target's phases")
 	fs.DurationVar(&o.satStep, "sat-step", 2*time.Second, "length of each concurrency level of the saturation search")
 	fs.IntVar(&o.satMax, "sat-max", 256, "highest concurrency of the saturation search")
+	fs.DurationVar(&o.satHold, "sat-hold", 16*time.Second, "after the saturation search, its best concurrency held this long, the saturation figures read over it: two of the gateway's checkpoint periods (8 s), whose CPU a 2 s level of the search bears or not (0: the search's best level, as before the thirtieth session)")
 	fs.IntVar(&o.streams, "streams", 300, "streamed calls measured one at a time, per API")
 	fs.IntVar(&o.chunks, "chunks", 50, "content chunks in each streamed answer")
 	fs.DurationVar(&o.chunkGap, "chunk-gap", 0, "pause of the mock between stream chunks")
@@ -192,6 +194,7 @@ func parseOptions(args []string) (options, error) {
 		def("warmup", func() { o.warmup = 200 * time.Millisecond })
 		def("sat-step", func() { o.satStep = 300 * time.Millisecond })
 		def("sat-max", func() { o.satMax = 8 })
+		def("sat-hold", func() { o.satHold = 500 * time.Millisecond })
 		def("streams", func() { o.streams = 10 })
 		def("slots", func() { o.slots = 128 })
 		def("timeout", func() { o.timeout = 2 * time.Minute })

@@ -31,6 +31,7 @@ type meta struct {
 	Lineage   bool    `json:"lineage,omitempty"` // -lineage: no X-Run-Id sent
 	Chunks    int     `json:"stream_chunks"`
 	FirstGap  string  `json:"stream_first_event_gap"` // the mock's pause after a stream's first event
+	SatHold   string  `json:"saturation_hold"`        // the search's best concurrency held this long; "0s": not held
 	Seconds   float64 `json:"seconds"`
 	Note      string  `json:"note"`
 	Nginx     string  `json:"nginx"`                 // the reference binary, or why it was not measured
@@ -114,6 +115,7 @@ func newReport(o options, pl placement, gateways []variant, nginx bool, nginxNot
 		Lineage:   o.lineage,
 		Chunks:    o.chunks,
 		FirstGap:  o.firstGap.String(),
+		SatHold:   o.satHold.String(),
 		Note:      "a shared VM: the figures move with what the hypervisor and other processes take of the CPUs (measured per round: machine)",
 		Nginx:     nginxNote,
 	}, opts: o}
@@ -264,6 +266,9 @@ func (r *report) summarise() {
 			}
 			for _, l := range t.Saturation.Levels {
 				s.Unforwarded += l.Result.Unforwarded
+			}
+			if h := t.Saturation.Held; h != nil {
+				s.Unforwarded += h.Result.Unforwarded
 			}
 			s.Requests += t.Saturation.Requests
 			s.Errors += t.Saturation.Errors
@@ -438,7 +443,7 @@ func (r *report) markdown(w io.Writer) {
 		fmt.Fprintf(w, "Machine (median of the rounds): %s.\n\n", r.Machine)
 	}
 	fmt.Fprintf(w, "Placement: %s.\n\n", m.Placement)
-	fmt.Fprintf(w, "Targets alternate within each phase: %d turns each, the order rotating; the saturation searches follow one another, the references' first, then the gateways', their order rotating from round to round.\n\n", m.Turns)
+	fmt.Fprintf(w, "Targets alternate within each phase: %d turns each, the order rotating; the saturation searches follow one another, the references' first, then the gateways', their order rotating from round to round.%s\n\n", m.Turns, holdNote(m.SatHold))
 	fmt.Fprintf(w, "Streams: %d content chunks, measured one at a time; the mock pauses %s after a stream's first event, so that its first bytes reach the client before the mock, sharing the proxy's core, writes the rest.\n\n", m.Chunks, m.FirstGap)
 	if r.nginx {
 		fmt.Fprintf(w, "Reference nginx: %s, one process, upstream keep-alive, responses unbuffered; a reference, not checked against the issue's targets.\n\n", m.Nginx)
@@ -653,4 +658,12 @@ func (r *report) stolen(phase string) string {
 		return "—"
 	}
 	return strings.Join(parts, " / ")
+}
+
+// holdNote says what the saturation figures are read over.
+func holdNote(hold string) string {
+	if d, err := time.ParseDuration(hold); err != nil || d <= 0 {
+		return " The saturation figures are each search's best level."
+	}
+	return " The saturation figures are read over each search's best concurrency held " + hold + " after it."
 }

@@ -373,15 +373,19 @@ func measureRound(ctx context.Context, o options, c *http.Client, targets []*tar
 			var sat saturation
 			err := prof.during(ctx, t, phaseSat, o.satStep, func() error {
 				var err error
-				sat, err = saturate(ctx, c, t, wl(t, apiOpenAI, size2KB, false, "sat"), o.satMax, o.satStep)
+				sat, err = saturate(ctx, c, t, wl(t, apiOpenAI, size2KB, false, "sat"), o.satMax, o.satStep, o.satHold)
 				return err
 			})
 			rd.Targets[t.name].Saturation = sat
 			if err != nil {
 				return fmt.Errorf("%s: %w", t.name, err)
 			}
-			fmt.Fprintf(out, "  %-9s %-22s %6d req  %3d err  peak %7.0f req/s at %d workers, proxy CPU %5.1f µs/req, %4.1f switches/req, mock %5.1f µs/req%s\n",
-				t.name, "saturation", sat.Requests, sat.Errors, sat.PeakRPS, sat.PeakConc, sat.ProxyCPUus, sat.ProxySwitches, sat.MockCPUus, errNote(sat.ErrorSample))
+			held := ""
+			if sat.Held != nil {
+				held = fmt.Sprintf(" (held %.0f s; the search's best %.0f req/s, %.1f µs/req)", sat.Held.Result.Seconds, sat.SearchRPS, sat.SearchCPUus)
+			}
+			fmt.Fprintf(out, "  %-9s %-22s %6d req  %3d err  peak %7.0f req/s at %d workers, proxy CPU %5.1f µs/req, %4.1f switches/req, mock %5.1f µs/req%s%s\n",
+				t.name, "saturation", sat.Requests, sat.Errors, sat.PeakRPS, sat.PeakConc, sat.ProxyCPUus, sat.ProxySwitches, sat.MockCPUus, held, errNote(sat.ErrorSample))
 			quiesce(ctx, t)
 		}
 		return nil
