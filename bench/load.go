@@ -296,17 +296,15 @@ func saturate(ctx context.Context, c *http.Client, t *target, w *workload, maxCo
 			return s, err
 		}
 		s.Levels = append(s.Levels, satLevel{Concurrency: conc, Result: r})
-		s.Errors += r.Errors
-		s.Requests += r.Requests
-		s.ErrorSample = append(s.ErrorSample, r.ErrorSample...)
+		s.count(r)
 		if r.Throughput > s.PeakRPS*1.03 {
 			flat = 0
 		} else {
 			flat++
 		}
 		if r.Throughput > s.PeakRPS {
-			s.PeakRPS, s.PeakConc = r.Throughput, conc
-			s.ProxyCPUus, s.MockCPUus, s.ProxySwitches = r.ProxyCPUus, r.MockCPUus, r.ProxySwitches
+			s.PeakConc = conc
+			s.take(r)
 		}
 		if flat >= 2 {
 			break
@@ -318,17 +316,27 @@ func saturate(ctx context.Context, c *http.Client, t *target, w *workload, maxCo
 			return s, err
 		}
 		s.Held = &satLevel{Concurrency: s.PeakConc, Result: r}
-		s.Errors += r.Errors
-		s.Requests += r.Requests
-		s.ErrorSample = append(s.ErrorSample, r.ErrorSample...)
+		s.count(r)
 		s.SearchRPS, s.SearchCPUus = s.PeakRPS, s.ProxyCPUus
-		s.PeakRPS = r.Throughput
-		s.ProxyCPUus, s.MockCPUus, s.ProxySwitches = r.ProxyCPUus, r.MockCPUus, r.ProxySwitches
+		s.take(r)
 	}
 	if len(s.ErrorSample) > 5 {
 		s.ErrorSample = s.ErrorSample[:5]
 	}
 	return s, nil
+}
+
+// count adds a level's (or the hold's) requests and errors.
+func (s *saturation) count(r phaseResult) {
+	s.Errors += r.Errors
+	s.Requests += r.Requests
+	s.ErrorSample = append(s.ErrorSample, r.ErrorSample...)
+}
+
+// take makes r's figures the saturation's.
+func (s *saturation) take(r phaseResult) {
+	s.PeakRPS = r.Throughput
+	s.ProxyCPUus, s.MockCPUus, s.ProxySwitches = r.ProxyCPUus, r.MockCPUus, r.ProxySwitches
 }
 
 // streamResult is the streamed-answer phase: one call at a time, so time to
