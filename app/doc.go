@@ -3,5 +3,7 @@
 // calls Main.
 //
 // It must not hold request logic: everything it builds is a package of its
-// own.
+// own. (A build with the haltline_decompose tag can wrap the embedded store
+// in one that drops writes, for the load harness's -decompose:
+// decompose.go.)
 package app

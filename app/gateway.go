@@ -254,7 +254,7 @@ func openStore(c config.Store) (store.Store, accounting.Book, pipeline.RunLock, 
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	return st, accounting.NewMemBook(), nil, nil
+	return decomposeStore(st), accounting.NewMemBook(), nil, nil
 }
 
 // recovered reports whether the embedded store replayed a log its last

@@ -9,5 +9,7 @@
 //
 // It must not decide anything about budgets, policy or run state: it turns
 // each request into pipeline.Begin / Turn.Feed / pipeline.Finish and writes
-// what the pipeline answers.
+// what the pipeline answers. (Only a build with the haltline_decompose tag
+// can relay a call without the pipeline, for the load harness's
+// -decompose: decompose.go.)
 package proxy
