@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"runtime"
 	"slices"
@@ -95,6 +96,82 @@ func TestShort(t *testing.T) {
 		if (name == "direct") != (sat.ProxyCPUus == 0) {
 			t.Errorf("%s: proxy CPU %.1f µs/req at saturation", name, sat.ProxyCPUus)
 		}
+	}
+}
+
+// TestSearchEnds: two levels in a row that do not beat the best by 3 % end
+// a saturation search, not before it reached its lowest concurrency to end.
+func TestSearchEnds(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		rps     []float64 // a level's throughput, 1, 2, 4, … workers
+		minConc int
+		last    int // the last level's workers
+	}{
+		{"grows to the top", []float64{100, 200, 400, 800}, 1, 8},
+		{"two flat levels", []float64{100, 200, 201, 150, 900}, 1, 8},
+		{"one flat level", []float64{100, 200, 201, 400, 401, 402}, 1, 32},
+		{"a dip before the lowest end", []float64{1000, 2000, 1500, 1600, 3000, 3010, 3020}, 16, 64},
+		{"flat past the lowest end", []float64{1000, 2000, 1500, 1600, 1700}, 16, 16},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			flat, best, last := 0, 0.0, 0
+			for i, rps := range c.rps {
+				last = 1 << i
+				ends := searchEnds(&flat, rps, best, last, c.minConc)
+				best = max(best, rps)
+				if ends {
+					break
+				}
+			}
+			if last != c.last {
+				t.Errorf("ended at %d workers, want %d", last, c.last)
+			}
+		})
+	}
+}
+
+// TestShortDecompose runs the gateway in parts beside the gateway whole:
+// the relay answers without the pipeline (no run state on its answers),
+// the gateway without store writes governs every call as the whole one
+// does and leaves no run in its store, where the whole one leaves some.
+func TestShortDecompose(t *testing.T) {
+	results := filepath.Join(t.TempDir(), "results.json")
+	out := runHarness(t, "-short", "-decompose", "-only", "^("+phase1000+"|stream_"+apiOpenAI+")$", "-anthropic=false", "-nginx", "off", "-json", results)
+	if !strings.Contains(out, "| "+decomposeRelay+" p50 |") || !strings.Contains(out, "| "+decomposeNoStore+" p50 |") {
+		t.Errorf("the report lacks the decomposed targets\n%s", out)
+	}
+	raw, err := os.ReadFile(results)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep report
+	if err := json.Unmarshal(raw, &rep); err != nil {
+		t.Fatal(err)
+	}
+	rd := rep.Rounds[0]
+	whole, relay, nostore := rd.Targets["haltline"], rd.Targets[decomposeRelay], rd.Targets[decomposeNoStore]
+	if whole == nil || relay == nil || nostore == nil {
+		t.Fatalf("targets %v, want haltline, %s and %s", rd.TargetOrder, decomposeRelay, decomposeNoStore)
+	}
+	for name, res := range map[string]*targetResult{"haltline": whole, decomposeRelay: relay, decomposeNoStore: nostore} {
+		p := res.Phases[phase1000]
+		if p.Requests == 0 || p.Errors != 0 || res.Streams[apiOpenAI].Requests == 0 {
+			t.Errorf("%s: %d requests, %d errors, %d streams", name, p.Requests, p.Errors, res.Streams[apiOpenAI].Requests)
+		}
+		if p.OwnP50us <= 0 {
+			t.Errorf("%s: no overhead header on its answers", name)
+		}
+	}
+	if n := len(relay.Phases[phase1000].RunStates); n != 0 {
+		t.Errorf("the relay's answers carry run states %v: the pipeline answered them", relay.Phases[phase1000].RunStates)
+	}
+	if len(whole.Phases[phase1000].RunStates) == 0 || len(nostore.Phases[phase1000].RunStates) == 0 {
+		t.Errorf("run states on the answers: whole %v, without store writes %v; want both governed",
+			whole.Phases[phase1000].RunStates, nostore.Phases[phase1000].RunStates)
+	}
+	if whole.StoredRuns == nil || nostore.StoredRuns == nil || *whole.StoredRuns == 0 || *nostore.StoredRuns != 0 {
+		t.Errorf("runs stored: whole %v, without store writes %v; want some, none", deref(whole.StoredRuns), deref(nostore.StoredRuns))
 	}
 }
 
@@ -486,7 +563,7 @@ func TestVariantFlag(t *testing.T) {
 			t.Errorf("%q accepted as %+v", tc.in, v)
 		case !tc.bad && err != nil:
 			t.Errorf("%q: %v", tc.in, err)
-		case !tc.bad && (len(v) != 1 || v[0] != tc.want):
+		case !tc.bad && (len(v) != 1 || !reflect.DeepEqual(v[0], tc.want)):
 			t.Errorf("%q = %+v, want %+v", tc.in, v, tc.want)
 		}
 	}
@@ -548,4 +625,11 @@ func TestSatOrder(t *testing.T) {
 	if got := satOrder(one, 3); len(got) != 4 || got[3].name != "haltline" {
 		t.Errorf("one gateway, round 3: %v", got)
 	}
+}
+
+func deref(n *int) any {
+	if n == nil {
+		return nil
+	}
+	return *n
 }

@@ -278,8 +278,9 @@ type saturation struct {
 }
 
 // saturate doubles the number of closed-loop workers until throughput stops
-// growing (two levels in a row that do not beat the best by 3 % end it),
-// then holds the best level's concurrency for hold (none when 0).
+// growing (two levels in a row that do not beat the best by 3 % end it,
+// once minConc workers were reached), then holds the best level's
+// concurrency for hold (none when 0).
 //
 // The hold is what the figures are read over. A level of the search is
 // shorter than the gateway's checkpoint period (8 s), so one level bears
@@ -287,7 +288,7 @@ type saturation struct {
 // often one without: its figures were those of a gateway that writes
 // nothing into its store file. A hold of two periods or more bears them as
 // a sustained load does.
-func saturate(ctx context.Context, c *http.Client, t *target, w *workload, maxConc int, step, hold time.Duration) (saturation, error) {
+func saturate(ctx context.Context, c *http.Client, t *target, w *workload, minConc, maxConc int, step, hold time.Duration) (saturation, error) {
 	var s saturation
 	flat := 0
 	for conc := 1; conc <= maxConc; conc *= 2 {
@@ -297,16 +298,12 @@ func saturate(ctx context.Context, c *http.Client, t *target, w *workload, maxCo
 		}
 		s.Levels = append(s.Levels, satLevel{Concurrency: conc, Result: r})
 		s.count(r)
-		if r.Throughput > s.PeakRPS*1.03 {
-			flat = 0
-		} else {
-			flat++
-		}
+		ends := searchEnds(&flat, r.Throughput, s.PeakRPS, conc, minConc)
 		if r.Throughput > s.PeakRPS {
 			s.PeakConc = conc
 			s.take(r)
 		}
-		if flat >= 2 {
+		if ends {
 			break
 		}
 	}
@@ -324,6 +321,19 @@ func saturate(ctx context.Context, c *http.Client, t *target, w *workload, maxCo
 		s.ErrorSample = s.ErrorSample[:5]
 	}
 	return s, nil
+}
+
+// searchEnds reports whether a search ends after a level of conc workers
+// that did rps against the best level's best: flat counts the levels in a
+// row that did not beat the best by 3 %, two of which end it once minConc
+// workers were reached.
+func searchEnds(flat *int, rps, best float64, conc, minConc int) bool {
+	if rps > best*1.03 {
+		*flat = 0
+	} else {
+		*flat++
+	}
+	return *flat >= 2 && conc >= minConc
 }
 
 // count adds a level's (or the hold's) requests and errors.

@@ -79,6 +79,7 @@ type options struct {
 	warmup   time.Duration
 	satStep  time.Duration
 	satMax   int
+	satMin   int
 	satHold  time.Duration
 	streams  int
 	chunks   int
@@ -97,6 +98,7 @@ type options struct {
 	nginx       string
 	gatewayArgs string
 	variants    variantFlag
+	decompose   bool
 	anthropic   bool
 	pin         bool
 	jsonOut     string
@@ -116,8 +118,12 @@ type options struct {
 type variantFlag []variant
 
 // variant is a Haltline target: its name in the report, the gateway
-// binary (empty: the run's own) and the extra arguments of gateway serve.
-type variant struct{ name, bin, args string }
+// binary (empty: the run's own), the extra arguments of gateway serve and
+// the extra environment it starts with (NAME=value).
+type variant struct {
+	name, bin, args string
+	env             []string
+}
 
 func (v *variantFlag) String() string {
 	var s []string
@@ -151,6 +157,7 @@ func parseOptions(args []string) (options, error) {
 	fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "warm-up at 500 req/s before each target's phases")
 	fs.DurationVar(&o.satStep, "sat-step", 2*time.Second, "length of each concurrency level of the saturation search")
 	fs.IntVar(&o.satMax, "sat-max", 256, "highest concurrency of the saturation search")
+	fs.IntVar(&o.satMin, "sat-min", 16, "concurrency the saturation search reaches before it may stop (at most -sat-max): a level or two slowed by a checkpoint or the machine ended searches at 2 or 4 workers")
 	fs.DurationVar(&o.satHold, "sat-hold", 16*time.Second, "after the saturation search, its best concurrency held this long, the saturation figures read over it: two of the gateway's checkpoint periods (8 s), whose CPU a 2 s level of the search bears or not (0: the search's best level, as before the thirtieth session)")
 	fs.IntVar(&o.streams, "streams", 300, "streamed calls measured one at a time, per API")
 	fs.IntVar(&o.chunks, "chunks", 50, "content chunks in each streamed answer")
@@ -162,6 +169,7 @@ func parseOptions(args []string) (options, error) {
 	fs.StringVar(&o.gatewayBin, "gateway-bin", "", "gateway binary (default: go build ./cmd/gateway into a temporary directory)")
 	fs.StringVar(&o.nginx, "nginx", "auto", "nginx binary measured as a reference proxy in the same rounds (\"auto\": nginx in PATH, else "+nginxFallback+", skipped when neither exists; \"\" or \"off\": not measured)")
 	fs.StringVar(&o.gatewayArgs, "gateway-args", "", "extra arguments for `gateway serve` of the haltline target, space separated (e.g. \"--redis-url redis://127.0.0.1:6379\")")
+	fs.BoolVar(&o.decompose, "decompose", false, "also measure the gateway in parts, two targets built with the haltline_decompose tag: \"relay\" (the fasthttp server and client alone, no pipeline) and \"nostore\" (every call governed, its store writes dropped), beside the gateway whole")
 	fs.Var(&o.variants, "variant", "extra Haltline target name[@BINARY]=ARGS measured in the same run (repeatable), e.g. 'redis=--redis-url redis://127.0.0.1:6379', or another build: 'new@/tmp/gateway-new='")
 	fs.BoolVar(&o.anthropic, "anthropic", true, "also measure /v1/messages (Anthropic format)")
 	fs.BoolVar(&o.pin, "pin", true, "pin the load generator to CPU 0, the mock and the proxies to CPU 1")
@@ -204,7 +212,7 @@ func parseOptions(args []string) (options, error) {
 	}
 	for _, v := range o.variants {
 		// Targets are keyed by name in the results.
-		if slices.Contains([]string{"direct", "floor", "nginx", "haltline"}, v.name) {
+		if slices.Contains([]string{"direct", "floor", "nginx", "haltline", decomposeRelay, decomposeNoStore}, v.name) {
 			return o, fmt.Errorf("-variant %s: the name is taken by a built-in target", v.name)
 		}
 	}

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/haltline/haltline/store"
 )
 
 // placement decides which CPU the load generator and the servers run on.
@@ -125,9 +127,11 @@ type proc struct {
 	// admin is a gateway's control plane (its /debug/pprof), empty for
 	// the others.
 	admin string
-	log   string // file holding its stderr
-	done  chan struct{}
-	err   error
+	// data is a gateway's store directory, empty for the others.
+	data string
+	log  string // file holding its stderr
+	done chan struct{}
+	err  error
 }
 
 func (s *proc) pid() int { return s.cmd.Process.Pid }
@@ -248,7 +252,7 @@ func freePort() (string, error) {
 
 // startGateway starts `gateway serve` against the mock and waits until its
 // control plane reports ready.
-func startGateway(ctx context.Context, pl *placement, dir, name, bin, mockURL string, extra []string) (*proc, error) {
+func startGateway(ctx context.Context, pl *placement, dir, name, bin, mockURL string, extra, env []string) (*proc, error) {
 	var s *proc
 	var lastErr error
 	// Ports are picked free then bound by the gateway: another process may
@@ -269,8 +273,8 @@ func startGateway(ctx context.Context, pl *placement, dir, name, bin, mockURL st
 		cmd := exec.Command(bin, args...)
 		// Provider keys in the harness's environment must not turn the
 		// gateway into the virtual-key mode: the agent's key passes through.
-		cmd.Env = filterEnv(os.Environ(), "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL")
-		s = &proc{name: name, cmd: cmd, addr: listen, admin: admin, log: filepath.Join(dir, name+".log"), done: make(chan struct{})}
+		cmd.Env = append(filterEnv(os.Environ(), "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL"), env...)
+		s = &proc{name: name, cmd: cmd, addr: listen, admin: admin, data: data, log: filepath.Join(dir, name+".log"), done: make(chan struct{})}
 		logf, err := os.Create(s.log)
 		if err != nil {
 			return nil, err
@@ -325,15 +329,39 @@ next:
 	return out
 }
 
-// buildGateway compiles ./cmd/gateway of the module the harness sits in.
-func buildGateway(ctx context.Context, dir string) (string, error) {
+// buildGateway compiles ./cmd/gateway of the module the harness sits in,
+// with the build tags given (none: the release build).
+func buildGateway(ctx context.Context, dir, tags string) (string, error) {
 	bin := filepath.Join(dir, "gateway")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/haltline/haltline/cmd/gateway")
+	args := []string{"build", "-o", bin}
+	if tags != "" {
+		bin += "-" + tags
+		args = []string{"build", "-tags", tags, "-o", bin}
+	}
+	cmd := exec.CommandContext(ctx, "go", append(args, "github.com/haltline/haltline/cmd/gateway")...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return "", fmt.Errorf("go build ./cmd/gateway: %v\n%s", err, out)
+		return "", fmt.Errorf("go %s ./cmd/gateway: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	return bin, nil
+}
+
+// The targets of -decompose: the gateway built with the haltline_decompose
+// tag, which HALTLINE_DECOMPOSE switches to relaying model calls without
+// the pipeline (relay) or to dropping its store writes (nostore). With the
+// gateway whole they split a call's cost three ways: the HTTP relay, the
+// governance (run tracking, policy, metering, loop guard, the records'
+// encoding) and the store (the log's write, the overlay, the checkpoint).
+const (
+	decomposeRelay   = "relay"
+	decomposeNoStore = "nostore"
+)
+
+func decomposed(bin, args string) []variant {
+	return []variant{
+		{name: decomposeRelay, bin: bin, args: args, env: []string{"HALTLINE_DECOMPOSE=relay"}},
+		{name: decomposeNoStore, bin: bin, args: args, env: []string{"HALTLINE_DECOMPOSE=nostore"}},
+	}
 }
 
 // clkTck is the unit of utime and stime in /proc/PID/stat: USER_HZ, which
@@ -429,4 +457,22 @@ func cpuModel() string {
 		}
 	}
 	return "unknown"
+}
+
+// storedRuns counts the runs in the embedded store a gateway left in dir,
+// or nil when it left none (a gateway on Redis) or it cannot be read.
+func storedRuns(dir string) *int {
+	if _, err := os.Stat(dir); err != nil {
+		return nil
+	}
+	st, err := store.OpenBolt(dir)
+	if err != nil {
+		return nil
+	}
+	defer st.Close()
+	n := 0
+	if err := st.Scan(store.Runs, func(_, _ []byte) error { n++; return nil }); err != nil {
+		return nil
+	}
+	return &n
 }

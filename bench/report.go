@@ -462,6 +462,9 @@ func (r *report) markdown(w io.Writer) {
 	}
 	fmt.Fprintln(w, "---:|")
 	for _, p := range r.phases {
+		if !r.opts.runs(p) {
+			continue
+		}
 		fmt.Fprintf(w, "| %s |", phaseLabel(p))
 		for _, t := range r.targets {
 			fmt.Fprintf(w, " %s | %s |", num(r.Summary[t].P50us[p]), num(r.Summary[t].P99us[p]))
@@ -498,15 +501,16 @@ func (r *report) markdown(w io.Writer) {
 		unit   string
 		target string
 		check  string
+		phase  string // the phase it reads, left out when -only skipped it
 	}
 	rows := []row{}
 	for _, p := range r.phases {
 		p := p
 		rows = append(rows,
 			row{label: "added p50, " + phaseLabel(p), value: func(s *summary) float64 { return s.AddedP50us[p] },
-				ratio: func(s *summary) float64 { return s.RatioP50[p] }, unit: "µs"},
+				ratio: func(s *summary) float64 { return s.RatioP50[p] }, unit: "µs", phase: p},
 			row{label: "added p99, " + phaseLabel(p), value: func(s *summary) float64 { return s.AddedP99us[p] },
-				ratio: func(s *summary) float64 { return s.RatioP99[p] }, unit: "µs"})
+				ratio: func(s *summary) float64 { return s.RatioP99[p] }, unit: "µs", phase: p})
 	}
 	for i := range rows {
 		switch rows[i].label {
@@ -519,24 +523,24 @@ func (r *report) markdown(w io.Writer) {
 		}
 	}
 	rows = append(rows,
-		row{label: "gateway's own overhead p50 / p99 (its overhead header), " + phaseLabel(phase1000), own: true},
+		row{label: "gateway's own overhead p50 / p99 (its overhead header), " + phaseLabel(phase1000), own: true, phase: phase1000},
 		row{label: "saturation throughput, closed loop (req/s)", value: func(s *summary) float64 { return s.SatRPS },
-			ratio: func(s *summary) float64 { return s.SatRatio }, direct: true, target: "≥ 1.2× floor", check: "saturation throughput vs floor"},
+			ratio: func(s *summary) float64 { return s.SatRatio }, direct: true, target: "≥ 1.2× floor", check: "saturation throughput vs floor", phase: phaseSat},
 		row{label: "CPU per request at saturation, proxy process", value: func(s *summary) float64 { return s.SatCPUus },
-			unit: "µs", target: "≤ 60 µs", check: "CPU per request at saturation (gateway process)"},
-		row{label: "CPU per request at 1,000 req/s, proxy process", value: func(s *summary) float64 { return s.CPU1000us }, unit: "µs"},
-		row{label: "context switches per request at saturation, proxy process", value: func(s *summary) float64 { return s.SatSwitches }},
-		row{label: "context switches per request at 1,000 req/s, proxy process", value: func(s *summary) float64 { return s.Switches1000 }},
-		row{label: "CPU per request at saturation, mock process", value: func(s *summary) float64 { return s.SatMockCPUus }, direct: true, unit: "µs"},
+			unit: "µs", target: "≤ 60 µs", check: "CPU per request at saturation (gateway process)", phase: phaseSat},
+		row{label: "CPU per request at 1,000 req/s, proxy process", value: func(s *summary) float64 { return s.CPU1000us }, unit: "µs", phase: phase1000},
+		row{label: "context switches per request at saturation, proxy process", value: func(s *summary) float64 { return s.SatSwitches }, phase: phaseSat},
+		row{label: "context switches per request at 1,000 req/s, proxy process", value: func(s *summary) float64 { return s.Switches1000 }, phase: phase1000},
+		row{label: "CPU per request at saturation, mock process", value: func(s *summary) float64 { return s.SatMockCPUus }, direct: true, unit: "µs", phase: phaseSat},
 	)
 	for _, api := range r.apis {
-		api := api
+		api, phase := api, "stream_"+api
 		rows = append(rows,
-			row{label: fmt.Sprintf("stream TTFB p50, %s, %d chunks", api, r.Meta.Chunks), value: func(s *summary) float64 { return s.TTFBus[api] }, direct: true, unit: "µs"},
+			row{label: fmt.Sprintf("stream TTFB p50, %s, %d chunks", api, r.Meta.Chunks), value: func(s *summary) float64 { return s.TTFBus[api] }, direct: true, unit: "µs", phase: phase},
 			row{label: fmt.Sprintf("added stream TTFB p50, %s", api), value: func(s *summary) float64 { return s.AddedTTFBus[api] },
-				ratio: func(s *summary) float64 { return s.TTFBRatio[api] }, unit: "µs"},
-			row{label: fmt.Sprintf("stream total p50, %s, %d chunks", api, r.Meta.Chunks), value: func(s *summary) float64 { return s.StreamTotalUs[api] }, direct: true, unit: "µs"},
-			row{label: fmt.Sprintf("added stream total p50, %s", api), value: func(s *summary) float64 { return s.AddedTotalUs[api] }, unit: "µs"},
+				ratio: func(s *summary) float64 { return s.TTFBRatio[api] }, unit: "µs", phase: phase},
+			row{label: fmt.Sprintf("stream total p50, %s, %d chunks", api, r.Meta.Chunks), value: func(s *summary) float64 { return s.StreamTotalUs[api] }, direct: true, unit: "µs", phase: phase},
+			row{label: fmt.Sprintf("added stream total p50, %s", api), value: func(s *summary) float64 { return s.AddedTotalUs[api] }, unit: "µs", phase: phase},
 		)
 		if api == apiOpenAI {
 			rows[len(rows)-3].target = "≤ nginx (not measured; floor shown)"
@@ -556,6 +560,9 @@ func (r *report) markdown(w io.Writer) {
 		row{label: "requests / errors / not forwarded", target: "0 errors"},
 	)
 	for _, rw := range rows {
+		if rw.phase != "" && !r.opts.runs(rw.phase) {
+			continue
+		}
 		fmt.Fprintf(w, "| %s |", rw.label)
 		for _, t := range r.targets {
 			s := r.Summary[t]

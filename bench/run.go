@@ -35,8 +35,11 @@ type targetResult struct {
 	Streams    map[string]streamResult `json:"streams"`
 	PeakRSSKB  int64                   `json:"peak_rss_kb,omitempty"` // the proxy process; absent for direct
 	LogErrors  int                     `json:"log_errors,omitempty"`  // error lines in the proxy's log
-	Crashed    string                  `json:"crashed,omitempty"`
-	LogTail    string                  `json:"log_tail,omitempty"` // the proxy's last log lines, kept when a request failed
+	// StoredRuns counts the runs in a gateway's embedded store once it
+	// stopped (nil: none was opened, as with the Redis store).
+	StoredRuns *int   `json:"stored_runs,omitempty"`
+	Crashed    string `json:"crashed,omitempty"`
+	LogTail    string `json:"log_tail,omitempty"` // the proxy's last log lines, kept when a request failed
 }
 
 // failed reports whether any request to the target failed.
@@ -87,12 +90,20 @@ func run(ctx context.Context, o options, out io.Writer) (*report, error) {
 	bin := o.gatewayBin
 	if bin == "" {
 		fmt.Fprintln(out, "building the gateway (go build ./cmd/gateway)…")
-		if bin, err = buildGateway(ctx, dir); err != nil {
+		if bin, err = buildGateway(ctx, dir, ""); err != nil {
 			return nil, err
 		}
 	}
 	gateways := []variant{{name: "haltline", args: o.gatewayArgs}}
 	gateways = append(gateways, o.variants...)
+	if o.decompose {
+		fmt.Fprintln(out, "building the gateway in parts (go build -tags haltline_decompose ./cmd/gateway)…")
+		parts, err := buildGateway(ctx, dir, "haltline_decompose")
+		if err != nil {
+			return nil, err
+		}
+		gateways = append(gateways, decomposed(parts, o.gatewayArgs)...)
+	}
 
 	if o.pprofDir != "" {
 		if err := os.MkdirAll(o.pprofDir, 0o755); err != nil {
@@ -166,7 +177,7 @@ func runRound(ctx context.Context, o options, pl *placement, dir, bin string, ng
 			gbin = g.bin
 		}
 		starters = append(starters, starter{g.name, func() (*proc, error) {
-			return startGateway(ctx, pl, rdir, g.name, gbin, mock.addrURL(), strings.Fields(g.args))
+			return startGateway(ctx, pl, rdir, g.name, gbin, mock.addrURL(), strings.Fields(g.args), g.env)
 		}})
 	}
 	// Every target is up for the whole round, idle but for its own turns:
@@ -215,6 +226,9 @@ func runRound(ctx context.Context, o options, pl *placement, dir, bin string, ng
 		}
 		t.proxy.stop()
 		res.LogErrors = countErrorLines(t.proxy.log)
+		if t.proxy.data != "" {
+			res.StoredRuns = storedRuns(t.proxy.data)
+		}
 		if res.failed() {
 			res.LogTail = t.proxy.tail(20)
 		}
@@ -373,7 +387,7 @@ func measureRound(ctx context.Context, o options, c *http.Client, targets []*tar
 			var sat saturation
 			err := prof.during(ctx, t, phaseSat, o.satStep, func() error {
 				var err error
-				sat, err = saturate(ctx, c, t, wl(t, apiOpenAI, size2KB, false, "sat"), o.satMax, o.satStep, o.satHold)
+				sat, err = saturate(ctx, c, t, wl(t, apiOpenAI, size2KB, false, "sat"), o.satMin, o.satMax, o.satStep, o.satHold)
 				return err
 			})
 			rd.Targets[t.name].Saturation = sat
