@@ -73,14 +73,7 @@ func TestShort(t *testing.T) {
 	if !strings.Contains(out, "The saturation figures are read over each search's best concurrency held 500ms after it.") {
 		t.Errorf("the report does not say what the saturation figures are read over\n%s", out)
 	}
-	raw, err := os.ReadFile(results)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep report
-	if err := json.Unmarshal(raw, &rep); err != nil {
-		t.Fatal(err)
-	}
+	rep := readReport(t, results)
 	for name, res := range rep.Rounds[0].Targets {
 		sat := res.Saturation
 		if sat.Held == nil {
@@ -141,14 +134,7 @@ func TestShortDecompose(t *testing.T) {
 	if !strings.Contains(out, "| "+decomposeRelay+" p50 |") || !strings.Contains(out, "| "+decomposeNoStore+" p50 |") {
 		t.Errorf("the report lacks the decomposed targets\n%s", out)
 	}
-	raw, err := os.ReadFile(results)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep report
-	if err := json.Unmarshal(raw, &rep); err != nil {
-		t.Fatal(err)
-	}
+	rep := readReport(t, results)
 	rd := rep.Rounds[0]
 	whole, relay, nostore := rd.Targets["haltline"], rd.Targets[decomposeRelay], rd.Targets[decomposeNoStore]
 	if whole == nil || relay == nil || nostore == nil {
@@ -632,4 +618,18 @@ func deref(n *int) any {
 		return nil
 	}
 	return *n
+}
+
+// readReport reads the JSON results a harness run wrote.
+func readReport(t *testing.T, path string) report {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep report
+	if err := json.Unmarshal(raw, &rep); err != nil {
+		t.Fatal(err)
+	}
+	return rep
 }
