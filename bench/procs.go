@@ -333,11 +333,12 @@ next:
 // with the build tags given (none: the release build).
 func buildGateway(ctx context.Context, dir, tags string) (string, error) {
 	bin := filepath.Join(dir, "gateway")
-	args := []string{"build", "-o", bin}
+	args := []string{"build"}
 	if tags != "" {
 		bin += "-" + tags
-		args = []string{"build", "-tags", tags, "-o", bin}
+		args = append(args, "-tags", tags)
 	}
+	args = append(args, "-o", bin)
 	cmd := exec.CommandContext(ctx, "go", append(args, "github.com/haltline/haltline/cmd/gateway")...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {

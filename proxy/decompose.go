@@ -65,11 +65,7 @@ func (s *Server) relayAlone(ctx *fasthttp.RequestCtx, received time.Time, body [
 	}
 	defer fasthttp.ReleaseResponse(resp)
 	wait := time.Since(start)
-	for k, v := range resp.Header.All() {
-		if !notRelayed(string(k)) {
-			ctx.Response.Header.AddBytesKV(k, v)
-		}
-	}
+	addRelayed(&ctx.Response.Header, &resp.Header)
 	setOverhead(ctx, received, wait)
 	ctx.SetStatusCode(resp.StatusCode())
 	ctx.SetBody(resp.Body())

@@ -182,11 +182,7 @@ func (s *Server) relayBuffered(ctx *fasthttp.RequestCtx, t *pipeline.Turn, prov 
 		writeAnswer(ctx, a)
 		return
 	}
-	for k, v := range resp.Header.All() {
-		if !notRelayed(string(k)) {
-			ctx.Response.Header.AddBytesKV(k, v)
-		}
-	}
+	addRelayed(&ctx.Response.Header, &resp.Header)
 	s.p.Headers(t, ctx.Response.Header.Set)
 	setOverhead(ctx, received, wait)
 	ctx.SetStatusCode(resp.StatusCode())
@@ -382,6 +378,16 @@ var hopHeaders = map[string]bool{
 // notRelayed reports whether a header stays on its side of the gateway:
 // hop-by-hop, recomputed, or one of the run headers.
 func notRelayed(k string) bool { return hopHeaders[k] || strings.HasPrefix(k, "X-Run-") }
+
+// addRelayed adds an upstream answer's headers to the client's, but those
+// that stay on the upstream's side (notRelayed).
+func addRelayed(dst, src *fasthttp.ResponseHeader) {
+	for k, v := range src.All() {
+		if !notRelayed(string(k)) {
+			dst.AddBytesKV(k, v)
+		}
+	}
+}
 
 func copyHeaders(dst *fasthttp.ResponseHeader, src http.Header) {
 	for k, vs := range src {

@@ -125,13 +125,8 @@ func (s *Server) sendStream(ctx context.Context, in *fasthttp.RequestCtx, t *pip
 		return answer{}, err
 	}
 	return answer{status: resp.StatusCode(), eventStream: bytes.HasPrefix(resp.Header.ContentType(), []byte("text/event-stream")),
-		body: body, copyHeaders: func(dst *fasthttp.ResponseHeader) {
-			for k, v := range resp.Header.All() {
-				if !notRelayed(string(k)) {
-					dst.AddBytesKV(k, v)
-				}
-			}
-		}, free: func() { fasthttp.ReleaseResponse(resp) }}, nil
+		body: body, copyHeaders: func(dst *fasthttp.ResponseHeader) { addRelayed(dst, &resp.Header) },
+		free: func() { fasthttp.ReleaseResponse(resp) }}, nil
 }
 
 // sendFast makes the attempts of a call with a fasthttp client (do), the
