@@ -122,17 +122,27 @@ func (a *api) list(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, 200, map[string]any{"runs": runs, "count": len(runs)})
 }
 
-func (a *api) run(w http.ResponseWriter, r *http.Request) *runstate.Run {
-	run := a.p.Runs().Get(r.PathValue("id"))
-	if run == nil {
-		writeError(w, 404, "no such run")
+// runRef is the run a route names: {id}, within ?tenant= when given —
+// needed where runs of several tenants share the name.
+func runRef(r *http.Request) string {
+	return pipeline.RunRef(r.PathValue("id"), r.URL.Query().Get("tenant"))
+}
+
+// writeAmbiguous answers 409 with the tenants to choose from when err says
+// a bare name is used by several tenants' runs; it reports whether it did.
+func writeAmbiguous(w http.ResponseWriter, err error) bool {
+	var amb *pipeline.AmbiguousRunError
+	if !errors.As(err, &amb) {
+		return false
 	}
-	return run
+	writeJSON(w, 409, map[string]any{"error": amb.Error(), "tenants": amb.Tenants})
+	return true
 }
 
 func (a *api) show(w http.ResponseWriter, r *http.Request) {
-	rec, ok, err := a.p.Record(r.PathValue("id"))
+	rec, ok, err := a.p.Record(runRef(r))
 	switch {
+	case writeAmbiguous(w, err):
 	case err != nil:
 		writeError(w, 503, "run store unavailable: "+err.Error())
 	case !ok:
@@ -143,9 +153,9 @@ func (a *api) show(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *api) events(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	evs, ok, err := a.p.Events(id)
+	evs, ok, err := a.p.Events(runRef(r))
 	switch {
+	case writeAmbiguous(w, err):
 	case err != nil:
 		writeError(w, 503, "run store unavailable: "+err.Error())
 	case !ok:
@@ -154,19 +164,22 @@ func (a *api) events(w http.ResponseWriter, r *http.Request) {
 		if evs == nil {
 			evs = []runstate.Event{}
 		}
-		writeJSON(w, 200, map[string]any{"run_id": id, "events": evs})
+		writeJSON(w, 200, map[string]any{"run_id": r.PathValue("id"), "events": evs})
 	}
 }
 
 func (a *api) cancel(w http.ResponseWriter, r *http.Request) {
-	rec, err := a.p.Cancel(r.PathValue("id"))
+	rec, err := a.p.Cancel(runRef(r))
 	switch {
+	case writeAmbiguous(w, err):
 	case errors.Is(err, pipeline.ErrNoRun):
 		writeError(w, 404, err.Error())
 	case errors.Is(err, pipeline.ErrAlreadyEnded):
 		writeJSON(w, 409, map[string]any{"error": err.Error(), "run": rec})
+	case err != nil:
+		writeError(w, 503, "run store unavailable: "+err.Error())
 	default:
-		a.o.Logger.Info("run cancelled", "run_id", rec.ID)
+		a.o.Logger.Info("run cancelled", "run_id", rec.ID, "tenant", rec.Tenant)
 		writeJSON(w, 200, rec)
 	}
 }
@@ -197,14 +210,15 @@ func (a *api) resume(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	rec, err := a.p.Resume(r.PathValue("id"), req.ResumeToken, add)
+	rec, err := a.p.Resume(runRef(r), req.ResumeToken, add)
 	switch {
+	case writeAmbiguous(w, err):
 	case errors.Is(err, pipeline.ErrNoRun):
 		writeError(w, 404, err.Error())
 	case err != nil:
 		writeJSON(w, 409, map[string]any{"error": err.Error(), "run": rec})
 	default:
-		a.o.Logger.Info("run resumed", "run_id", rec.ID)
+		a.o.Logger.Info("run resumed", "run_id", rec.ID, "tenant", rec.Tenant)
 		writeJSON(w, 200, rec)
 	}
 }

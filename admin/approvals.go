@@ -86,9 +86,11 @@ func (a *api) principal(r *http.Request) string {
 }
 
 func (a *api) blob(w http.ResponseWriter, r *http.Request) {
-	text, err := a.p.Blob(r.PathValue("id"), r.PathValue("handle"))
+	text, err := a.p.Blob(pipeline.BlobOfRun(runRef(r)), r.PathValue("handle"))
 	if err != nil {
-		writeError(w, 404, err.Error())
+		if !writeAmbiguous(w, err) {
+			writeError(w, 404, err.Error())
+		}
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")

@@ -31,6 +31,10 @@ func (p *Pipeline) Begin(ctx context.Context, call *Call, codec wire.Codec) *Tur
 		return t
 	}
 	t.Req = req
+	if err := checkRunNames(call.RunID, call.ParentRunID, call.SessionID); err != nil {
+		t.Answer = errorAnswer(codec, wire.ErrInvalidRequest, err.Error(), nil)
+		return t
+	}
 	r, created, err := p.identify(ctx, call, &t.Req)
 	if err != nil {
 		t.Answer = errorAnswer(codec, wire.ErrUnavailable, "run store unavailable, retry later", nil)
@@ -104,9 +108,12 @@ func (p *Pipeline) beginLocked(ctx context.Context, t *Turn, r *runstate.Run, cr
 		g, ensured, err := p.govern(ctx, r, call)
 		if err != nil {
 			var bad badRequest
+			var missing notFound
 			var down unavailable
 			if errors.As(err, &bad) {
 				t.Answer = errorAnswer(codec, wire.ErrInvalidRequest, err.Error(), nil)
+			} else if errors.As(err, &missing) {
+				t.Answer = errorAnswer(codec, wire.ErrNotFound, err.Error(), nil)
 			} else if errors.As(err, &down) {
 				p.unavailable(t, err)
 			} else {

@@ -163,12 +163,13 @@ func (t *Turn) End() []byte {
 	return t.tap.End()
 }
 
-// RunID is the run the call was attributed to ("" before identification).
+// RunID is the name of the run the call was attributed to, as its
+// X-Run-Id says ("" before identification).
 func (t *Turn) RunID() string {
 	if t.run == nil {
 		return ""
 	}
-	return t.run.ID
+	return runstate.NameOf(t.run.ID)
 }
 
 // Abort cancels the turn's context (its client went away): the upstream

@@ -16,7 +16,7 @@ var (
 	ErrAlreadyEnded = errors.New("run has already ended")
 )
 
-// Cancel ends a run: in-flight calls are cut, the next call is answered with
+// Cancel ends a run (id is a reference, RunRef): in-flight calls are cut, the next call is answered with
 // the termination.
 func (p *Pipeline) Cancel(id string) (runstate.Record, error) {
 	r, unlock, err := p.controlRun(id)
@@ -34,7 +34,7 @@ func (p *Pipeline) Cancel(id string) (runstate.Record, error) {
 	return r.Snapshot(now), nil
 }
 
-// Resume reopens a recoverable run with more budget: add is added to every
+// Resume reopens a recoverable run (id is a reference, RunRef) with more budget: add is added to every
 // limit the run has (a zero field adds nothing); the run keeps its history,
 // counters and ledger.
 func (p *Pipeline) Resume(id, token string, add accounting.Budget) (runstate.Record, error) {
@@ -86,7 +86,12 @@ func (p *Pipeline) Resume(id, token string, add accounting.Budget) (runstate.Rec
 // controlRun finds and locks a run for a control-plane action: the run
 // lock across replicas, then the run itself, brought up to date. unlock
 // releases both.
+// id is a reference (RunRef).
 func (p *Pipeline) controlRun(id string) (*runstate.Run, func(), error) {
+	id, err := p.resolveRun(id)
+	if err != nil {
+		return nil, nil, err
+	}
 	r, err := p.getRun(id)
 	if err != nil {
 		return nil, nil, err

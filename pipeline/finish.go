@@ -161,7 +161,7 @@ func (p *Pipeline) finishLocked(ctx context.Context, t *Turn, out Outcome, resp 
 	if resp.Text != "" {
 		r.Partial = resp.Text
 	}
-	p.indexResponse(r, t.Req.API, resp)
+	p.indexResponse(r, &t.Req, resp)
 	if len(resp.ToolCalls) > 0 && !t.wrapUp {
 		return p.toolStep(t, g, resp, out, now)
 	}

@@ -89,7 +89,7 @@ func runInput(r *runstate.Run, pr Principal, now time.Time) policy.RunInput {
 	return policy.RunInput{
 		Principal: policy.Principal{Tenant: pr.Tenant, Team: pr.Team, User: pr.User, KeyID: pr.KeyID},
 		Run: policy.RunInfo{
-			ID: r.ID, SessionID: r.SessionID, ParentID: r.ParentID, AgentID: r.AgentID,
+			ID: runstate.NameOf(r.ID), SessionID: r.SessionID, ParentID: runstate.NameOf(r.ParentID), AgentID: r.AgentID,
 			TaskType: r.TaskType, State: string(r.State), Steps: c.AgentSteps,
 			ModelCalls: c.ModelCalls, ToolCalls: c.ToolCalls, InputTokens: c.InputTokens,
 			OutputTokens: c.OutputTokens, ElapsedMs: r.Elapsed(now).Milliseconds(),
@@ -147,8 +147,18 @@ func (p *Pipeline) govern(ctx context.Context, r *runstate.Run, call *Call) (g *
 	g.budgeted = lim.Tokens > 0 || lim.Cost > 0 || lim.OutputTokens > 0 || lim.InputTokens > 0
 	if r.ParentID != "" {
 		// From the store when the parent has left memory (ended): its
-		// budget binds its sub-agents however long ago it ended.
-		if parent, _ := p.getRun(r.ParentID); parent != nil && parent != r {
+		// budget binds its sub-agents however long ago it ended. A parent
+		// is named within the caller's tenant (identity): one that is not
+		// there is refused, the same whether another tenant has a run of
+		// that name or none does.
+		parent, err := p.getRun(r.ParentID)
+		if err != nil {
+			return nil, nil, unavailable{err}
+		}
+		if parent == nil {
+			return nil, nil, notFound{fmt.Errorf("X-Parent-Run-Id: no run %q", runstate.NameOf(r.ParentID))}
+		}
+		if parent != r {
 			parent.Mu.Lock()
 			if pg := govOf(parent); pg != nil {
 				g.ledgers = append(g.ledgers, pg.ledgers...)
@@ -220,6 +230,11 @@ func finalReserve(lim accounting.Vector, frac float64) accounting.Vector {
 type badRequest struct{ error }
 
 func (b badRequest) Unwrap() error { return b.error }
+
+// notFound marks a call that names a run the caller has not got (404).
+type notFound struct{ error }
+
+func (n notFound) Unwrap() error { return n.error }
 
 // unavailable marks an error of the ledger book or the store (503): a call
 // that draws on a budget is refused while the book cannot be reached.

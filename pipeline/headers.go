@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/haltline/haltline/accounting"
+	"github.com/haltline/haltline/runstate"
 )
 
 // Response header names (DESIGN §3).
@@ -28,7 +29,7 @@ func (p *Pipeline) Headers(t *Turn, set func(name, value string)) {
 	}
 	r.Mu.Lock()
 	defer r.Mu.Unlock()
-	set(HeaderRunID, r.ID)
+	set(HeaderRunID, runstate.NameOf(r.ID))
 	set(HeaderRunState, string(r.State))
 	step := t.step
 	if step == 0 {

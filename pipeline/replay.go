@@ -181,7 +181,7 @@ var errUpstream = errors.New("replay: the recorded upstream did not answer")
 // replayRun drives one recording through a pipeline of its own, on a clock
 // that follows the recorded timings.
 func replayRun(ctx context.Context, o ReplayOptions, rec *Recording) RunReplay {
-	out := RunReplay{RunID: rec.RunID, Tenant: rec.Tenant, Team: rec.Team, TaskType: rec.TaskType}
+	out := RunReplay{RunID: runstate.NameOf(rec.RunID), Tenant: rec.Tenant, Team: rec.Team, TaskType: rec.TaskType}
 	if rec.Version != RecordingVersion {
 		out.Error = fmt.Sprintf("recording version %d, want %d", rec.Version, RecordingVersion)
 		return out
@@ -195,6 +195,7 @@ func replayRun(ctx context.Context, o ReplayOptions, rec *Recording) RunReplay {
 	clock := start
 	p := New(Options{Policy: o.Policy, Catalog: o.Catalog, Now: func() time.Time { return clock },
 		Lease: 365 * 24 * time.Hour})
+	id := runstate.ScopedID(rec.Tenant, runstate.NameOf(rec.RunID))
 	calls := slices.Clone(rec.Calls)
 	slices.SortStableFunc(calls, func(a, b CallRecord) int { return a.Seq - b.Seq })
 	beyond := false
@@ -206,14 +207,17 @@ func replayRun(ctx context.Context, o ReplayOptions, rec *Recording) RunReplay {
 			out.Error = fmt.Sprintf("call %d: %v", c.Seq, err)
 			return out
 		}
-		call := &Call{API: req.API, RunID: rec.RunID, SessionID: rec.SessionID, AgentID: rec.AgentID,
-			ParentRunID: rec.ParentRunID, TaskType: rec.TaskType, RunBudget: rec.RunBudget,
+		// The run is named as its agent named it, in its tenant. Its parent
+		// is not: a replay runs one recording alone, without the parent
+		// run whose budget the recorded calls also drew on.
+		call := &Call{API: req.API, RunID: runstate.NameOf(rec.RunID), SessionID: rec.SessionID, AgentID: rec.AgentID,
+			TaskType: rec.TaskType, RunBudget: rec.RunBudget,
 			Principal: Principal{Tenant: rec.Tenant, Team: rec.Team, User: rec.User, KeyID: rec.KeyID}}
 		codec := &replayCodec{req: req, resp: resp}
 		t := p.beginReplay(ctx, call, codec, rt)
 		if t.Answer != nil {
 			p.Finish(ctx, t, Outcome{Status: t.Answer.Status})
-			if runEnded(p, rec.RunID) {
+			if runEnded(p, id) {
 				break
 			}
 			continue // refused without ending (as the recorded call may have been)
@@ -239,11 +243,11 @@ func replayRun(ctx context.Context, o ReplayOptions, rec *Recording) RunReplay {
 			}
 		}
 		p.Finish(ctx, t, res)
-		if runEnded(p, rec.RunID) {
+		if runEnded(p, id) {
 			break
 		}
 	}
-	out.Replayed = replayedOutcome(p, rec.RunID, clock)
+	out.Replayed = replayedOutcome(p, id, clock)
 	if !beyond && runstate.State(out.Recorded.Status).Final() && !runstate.State(out.Replayed.Status).Final() {
 		beyond = true // the recorded end came from a line the candidate does not draw
 	}

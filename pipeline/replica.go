@@ -224,7 +224,12 @@ func (p *Pipeline) lookup(key string) (*runstate.Run, error) {
 
 // Record returns a run's record; with a shared store it is brought up to
 // date first, so every replica's control plane shows the same counters.
+// id is a reference (RunRef).
 func (p *Pipeline) Record(id string) (runstate.Record, bool, error) {
+	id, err := p.resolveRun(id)
+	if err != nil {
+		return runstate.Record{}, false, err
+	}
 	r, err := p.getRun(id)
 	if err != nil || r == nil {
 		return runstate.Record{}, false, err
@@ -239,7 +244,12 @@ func (p *Pipeline) Record(id string) (runstate.Record, bool, error) {
 
 // Events returns a run's timeline: from memory, or from the store when the
 // run is shared by replicas or has left memory.
+// id is a reference (RunRef).
 func (p *Pipeline) Events(id string) ([]runstate.Event, bool, error) {
+	id, err := p.resolveRun(id)
+	if err != nil {
+		return nil, false, err
+	}
 	if r := p.runs.Get(id); r != nil && !p.shared() {
 		r.Mu.Lock()
 		events, complete := append([]runstate.Event(nil), r.Events...), r.EventsComplete()

@@ -130,12 +130,12 @@ type ToolTurn struct {
 	committing *commitBehind
 }
 
-// RunID is the run the call was attributed to.
+// RunID is the name of the run the call was attributed to.
 func (tt *ToolTurn) RunID() string {
 	if tt.run == nil {
 		return ""
 	}
-	return tt.run.ID
+	return runstate.NameOf(tt.run.ID)
 }
 
 // Level is the danger level policy gave the call.
@@ -146,6 +146,10 @@ func (tt *ToolTurn) Level() string { return tt.level }
 // Answer nil.
 func (p *Pipeline) BeginTool(ctx context.Context, call *ToolCall) *ToolTurn {
 	tt := &ToolTurn{Call: call, started: p.now(), server: call.Server}
+	if err := checkRunNames(call.RunID, call.ParentRunID, call.SessionID); err != nil {
+		tt.Answer = &ToolAnswer{Kind: ToolBadRequest, Status: 400, Message: err.Error(), Reason: "bad_request"}
+		return tt
+	}
 	r, created, err := p.attributeTool(ctx, call)
 	if err != nil {
 		tt.Answer = unavailableTool("run store unavailable, retry later")
@@ -204,6 +208,11 @@ func (p *Pipeline) beginToolLocked(ctx context.Context, tt *ToolTurn, r *runstat
 			var bad badRequest
 			if errors.As(err, &bad) {
 				tt.Answer = &ToolAnswer{Kind: ToolBadRequest, Status: 400, Message: err.Error(), Reason: "bad_request"}
+				return
+			}
+			var missing notFound
+			if errors.As(err, &missing) {
+				tt.Answer = &ToolAnswer{Kind: ToolBadRequest, Status: 404, Message: err.Error(), Reason: "parent_not_found"}
 				return
 			}
 			p.log.Error("run governance failed", "run_id", r.ID, "err", err)

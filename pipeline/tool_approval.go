@@ -170,7 +170,7 @@ func (p *Pipeline) Approvals(f ApprovalFilter) []Approval {
 	now := p.now()
 	runs := map[string]bool{}
 	p.runs.LineageKeys(func(key, runID string) {
-		if strings.HasPrefix(key, keyTicket) && (f.RunID == "" || f.RunID == runID) {
+		if strings.HasPrefix(key, keyTicket) && (f.RunID == "" || f.RunID == runID || f.RunID == runstate.NameOf(runID)) {
 			runs[runID] = true
 		}
 	})

@@ -59,10 +59,12 @@ func cutText(text, handle, link string) string {
 	return b.String()
 }
 
-// blobURL is where the control plane serves a blob.
+// blobURL is where the control plane serves a blob of the run with this
+// (scoped) id: the run by name, within its tenant.
 func (p *Pipeline) blobURL(runID, handle string) string {
 	base, _ := p.ToolRegistry().settings()
-	return strings.TrimRight(base, "/") + "/api/v1/runs/" + url.PathEscape(runID) + "/blobs/" + url.PathEscape(handle)
+	return strings.TrimRight(base, "/") + "/api/v1/runs/" + url.PathEscape(runstate.NameOf(runID)) +
+		"/blobs/" + url.PathEscape(handle) + "?tenant=" + url.QueryEscape(runstate.TenantOf(runID))
 }
 
 // keepBlob stores a full text behind a new handle, for the run's life.
@@ -79,12 +81,36 @@ func (p *Pipeline) keepBlob(r *runstate.Run, g *governance, ts *toolState, text 
 	return handle
 }
 
-// Blob returns the full text of a cut result. runID may be "" when only
-// the handle is known (the read tool). A run in memory holds its blobs;
-// once it has left, the store does.
-func (p *Pipeline) Blob(runID, handle string) (string, error) {
+// BlobOwner says whose blob a caller may read: the run's (the control
+// plane, which addresses runs), or any run's of one tenant (the read tool,
+// which knows only the handle and the caller).
+type BlobOwner struct{ runID, tenant string }
+
+// BlobOfRun reads the blobs of the run a reference (RunRef) names.
+func BlobOfRun(runID string) BlobOwner { return BlobOwner{runID: runID} }
+
+// BlobOfTenant reads the blobs of any run of tenant.
+func BlobOfTenant(tenant string) BlobOwner { return BlobOwner{tenant: tenant} }
+
+func (o BlobOwner) owns(runID string) bool {
+	if o.runID != "" {
+		return runID == o.runID
+	}
+	return runstate.TenantOf(runID) == o.tenant
+}
+
+// Blob returns the full text of a cut result, if owner may read it. A run
+// in memory holds its blobs; once it has left, the store does.
+func (p *Pipeline) Blob(owner BlobOwner, handle string) (string, error) {
+	if owner.runID != "" {
+		id, err := p.resolveRun(owner.runID)
+		if err != nil {
+			return "", err
+		}
+		owner.runID = id
+	}
 	if r := p.runs.Lookup(keyBlob + handle); r != nil {
-		if runID != "" && r.ID != runID {
+		if !owner.owns(r.ID) {
 			return "", ErrNoBlob
 		}
 		r.Mu.Lock()
@@ -104,7 +130,7 @@ func (p *Pipeline) Blob(runID, handle string) (string, error) {
 		return "", err
 	}
 	var b blobRecord
-	if v == nil || json.Unmarshal(v, &b) != nil || (runID != "" && b.RunID != runID) {
+	if v == nil || json.Unmarshal(v, &b) != nil || !owner.owns(b.RunID) {
 		return "", ErrNoBlob
 	}
 	return b.Text, nil

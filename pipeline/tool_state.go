@@ -73,18 +73,23 @@ const (
 	keyBlob   = "bl:"
 )
 
-func toolFPKey(name, fp string) string { return keyToolFP + name + ":" + fp }
+// toolFPKey is the lineage key of a tool call the model asked for, within
+// its run's tenant.
+func toolFPKey(tenant, name, fp string) string { return lineageKey(tenant, keyToolFP, name+":"+fp) }
 
 // attributeTool finds the run a tool call belongs to: X-Run-Id, else the
 // run whose outstanding tool calls hold the same tool name and argument
-// fingerprint, else a new run.
+// fingerprint, else a new run — all within the caller's tenant, as for a
+// model call (identify).
 func (p *Pipeline) attributeTool(ctx context.Context, call *ToolCall) (*runstate.Run, bool, error) {
+	tenant := call.Principal.Tenant
+	ident := &Call{AgentID: call.AgentID, ParentRunID: call.ParentRunID, TaskType: call.TaskType, Principal: call.Principal}
 	if call.RunID != "" {
-		if r, err := p.getRun(call.RunID); r != nil || err != nil {
+		id := runstate.ScopedID(tenant, call.RunID)
+		if r, err := p.getRun(id); r != nil || err != nil {
 			return r, false, err
 		}
-		r, created := p.runs.GetOrCreate(p.identity(&Call{AgentID: call.AgentID, ParentRunID: call.ParentRunID,
-			TaskType: call.TaskType, Principal: call.Principal}, call.RunID, call.SessionID))
+		r, created := p.runs.GetOrCreate(p.identity(ident, id, call.SessionID))
 		return r, created, nil
 	}
 	// Each canonicalizer in use (one per set of volatile keys) may have
@@ -96,7 +101,7 @@ func (p *Pipeline) attributeTool(ctx context.Context, call *ToolCall) (*runstate
 	}
 	p.canonMu.Unlock()
 	for _, fp := range canons {
-		r, err := p.lookup(toolFPKey(call.Name, fp("", call.Name, call.Arguments)))
+		r, err := p.lookup(toolFPKey(tenant, call.Name, fp("", call.Name, call.Arguments)))
 		if err != nil {
 			return nil, false, err
 		}
@@ -111,8 +116,7 @@ func (p *Pipeline) attributeTool(ctx context.Context, call *ToolCall) (*runstate
 			return r, false, nil
 		}
 	}
-	r, created := p.runs.GetOrCreate(p.identity(&Call{AgentID: call.AgentID, ParentRunID: call.ParentRunID,
-		TaskType: call.TaskType, Principal: call.Principal}, runstate.NewRunID(p.now()), call.SessionID))
+	r, created := p.runs.GetOrCreate(p.identity(ident, p.newRunID(tenant), call.SessionID))
 	return r, created, nil
 }
 

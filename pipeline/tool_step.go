@@ -24,7 +24,7 @@ type callPrints struct{ agent, anyAgent string }
 func (p *Pipeline) governModelToolCalls(t *Turn, g *governance, resp *wire.Response, prints []callPrints, now time.Time) {
 	r := t.run
 	for i, tc := range resp.ToolCalls {
-		p.indexKey(g, toolFPKey(tc.Name, prints[i].anyAgent), r.ID)
+		p.indexKey(g, toolFPKey(r.Tenant, tc.Name, prints[i].anyAgent), r.ID)
 		if p.pol == nil || t.pendingEnd != nil {
 			continue
 		}

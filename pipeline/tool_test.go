@@ -126,7 +126,7 @@ func TestToolOutputCut(t *testing.T) {
 			if !strings.HasPrefix(body, `"H`) || !strings.Contains(body, "T\n[haltline") || !strings.Contains(body, "handle "+res.Handle) {
 				t.Fatalf("cut text: %.200q", body)
 			}
-			full, err := p.Blob(tt.RunID(), res.Handle)
+			full, err := p.Blob(pipeline.BlobOfRun(tt.RunID()), res.Handle)
 			if err != nil || full != tc.text {
 				t.Fatalf("blob: %v", err)
 			}
@@ -214,11 +214,11 @@ func TestEndedRunWithToolStateLeavesMemory(t *testing.T) {
 		t.Fatalf("evicted %d; still in memory %v", n, p.Runs().Get("r-tools") != nil)
 	}
 	for _, run := range []string{"r-tools", ""} {
-		if text, err := p.Blob(run, read.Handle); err != nil || text != long {
+		if text, err := p.Blob(pipeline.BlobOfRun(run), read.Handle); err != nil || text != long {
 			t.Fatalf("blob (run %q) after eviction: %d bytes, %v", run, len(text), err)
 		}
 	}
-	if _, err := p.Blob("r-other", read.Handle); err != pipeline.ErrNoBlob {
+	if _, err := p.Blob(pipeline.BlobOfRun("r-other"), read.Handle); err != pipeline.ErrNoBlob {
 		t.Fatalf("another run's blob: %v", err)
 	}
 	if _, err := p.Resume("r-tools", rec.ResumeToken, accounting.Budget{Vector: accounting.Vector{Steps: 1}}); err != nil {
@@ -304,7 +304,7 @@ func TestToolStateSurvivesARestart(t *testing.T) {
 	if n, err := p2.Restore(context.Background()); err != nil || n != 1 {
 		t.Fatalf("restored %d runs: %v", n, err)
 	}
-	if text, err := p2.Blob("r-restart", read.Handle); err != nil || text != long {
+	if text, err := p2.Blob(pipeline.BlobOfRun("r-restart"), read.Handle); err != nil || text != long {
 		t.Fatalf("blob after a restart: %d bytes, %v", len(text), err)
 	}
 	tt, _ := runTool(p2, "r-restart", "write", `{"path":"a"}`, "written twice")

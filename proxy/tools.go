@@ -322,7 +322,7 @@ func (tr *toolRoutes) toolsCall(ctx *fasthttp.RequestCtx, server string, t toolT
 		return
 	}
 	if params.Name == pipeline.ReadBlobTool {
-		tr.readBlob(ctx, msg, params.Arguments)
+		tr.readBlob(ctx, principal.Tenant, msg, params.Arguments)
 		return
 	}
 	reg := s.p.ToolRegistry()
@@ -396,8 +396,9 @@ func (tr *toolRoutes) toolsCall(ctx *fasthttp.RequestCtx, server string, t toolT
 	ctx.SetBody(rb.Encode(mcp.ResultMessage(msg.ID, res.Body)))
 }
 
-// readBlob answers the gateway's read tool itself.
-func (tr *toolRoutes) readBlob(ctx *fasthttp.RequestCtx, msg *mcp.Message, args json.RawMessage) {
+// readBlob answers the gateway's read tool itself, from the blobs of the
+// caller's tenant only.
+func (tr *toolRoutes) readBlob(ctx *fasthttp.RequestCtx, tenant string, msg *mcp.Message, args json.RawMessage) {
 	var a struct {
 		Handle string `json:"handle"`
 	}
@@ -405,7 +406,7 @@ func (tr *toolRoutes) readBlob(ctx *fasthttp.RequestCtx, msg *mcp.Message, args 
 		writeRPC(ctx, 200, mcp.ResultMessage(msg.ID, mcp.TextResult(pipeline.ReadBlobTool+" needs a handle argument", true, nil)))
 		return
 	}
-	text, err := tr.s.p.Blob("", a.Handle)
+	text, err := tr.s.p.Blob(pipeline.BlobOfTenant(tenant), a.Handle)
 	if err != nil {
 		writeRPC(ctx, 200, mcp.ResultMessage(msg.ID, mcp.TextResult("no cut result has the handle "+strconv.Quote(sanitize(a.Handle)), true, nil)))
 		return

@@ -72,6 +72,8 @@ func (r *Run) Snapshot(now time.Time) Record {
 		WouldTerminate:         r.WouldTerminate,
 		Created:                r.Created.UTC().Format(time.RFC3339Nano),
 	}
+	// The record shows names, as the agent knows them, beside the tenant.
+	rec.ID, rec.ParentID = NameOf(r.ID), NameOf(r.ParentID)
 	if r.State.Final() {
 		rec.Ended = r.Ended.UTC().Format(time.RFC3339Nano)
 	}

@@ -35,8 +35,10 @@ func NewRegistry() *Registry {
 	return g
 }
 
+// shardOf places a key by its name alone (NameOf), so that the runs of
+// every tenant that share a name share a shard, where Named finds them.
 func (g *Registry) shardOf(key string) *shard {
-	return &g.sh[xxh3.HashString(key)%shards]
+	return &g.sh[xxh3.HashString(NameOf(key))%shards]
 }
 
 // Get returns a run by id.
@@ -46,6 +48,21 @@ func (g *Registry) Get(id string) *Run {
 	r := s.runs[id]
 	s.mu.RUnlock()
 	return r
+}
+
+// Named returns the ids of the runs in memory named name, whatever their
+// tenant.
+func (g *Registry) Named(name string) []string {
+	s := g.shardOf(name)
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var ids []string
+	for id := range s.runs {
+		if NameOf(id) == name {
+			ids = append(ids, id)
+		}
+	}
+	return ids
 }
 
 // GetOrCreate returns the run with id, creating it from ident when absent.

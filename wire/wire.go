@@ -1,6 +1,8 @@
 package wire
 
 import (
+	"encoding/binary"
+
 	"github.com/zeebo/xxh3"
 )
 
@@ -97,6 +99,13 @@ type Request struct {
 	// LastAssistantTextHash is TextHash of the last assistant message's text,
 	// 0 when the history holds no assistant message.
 	LastAssistantTextHash uint64
+	// LastAssistantPrefixHash folds (FoldConversation) the user messages
+	// before the last assistant message; ConversationHash folds every user
+	// message of the history. The response to this request is found again
+	// by ConversationKey(ConversationHash, its TextHash), which the next
+	// request computes as ConversationKey(LastAssistantPrefixHash,
+	// LastAssistantTextHash).
+	LastAssistantPrefixHash, ConversationHash uint64
 	// NewUserTurn is true when a user message with text follows the last
 	// assistant message (or there is no assistant message at all): a new task.
 	NewUserTurn bool
@@ -144,6 +153,28 @@ func TextHash(s string) uint64 {
 		h = 1
 	}
 	return h
+}
+
+// FoldConversation adds a user message, by the TextHash of its text, to
+// the hash of the conversation before it (0 for none). Only user text is
+// folded: it is what a client echoes back unchanged from call to call,
+// where tool results may be rewritten and system prompts templated.
+func FoldConversation(h, userText uint64) uint64 {
+	var b [16]byte
+	binary.LittleEndian.PutUint64(b[:8], h)
+	binary.LittleEndian.PutUint64(b[8:], userText)
+	return xxh3.Hash(b[:])
+}
+
+// ConversationKey is the lineage key of an assistant text (its TextHash)
+// within its conversation (a FoldConversation hash): two conversations
+// whose assistant said the same words do not share it. Never 0.
+func ConversationKey(conversation, text uint64) uint64 {
+	k := FoldConversation(conversation, text)
+	if k == 0 {
+		k = 1
+	}
+	return k
 }
 
 func trimSpace(s string) string {

@@ -73,6 +73,7 @@ func (Messages) ParseRequest(body []byte) (wire.Request, error) {
 		return req, ErrNoMessages
 	}
 	req.Messages = h.n
+	req.LastAssistantPrefixHash, req.ConversationHash = h.lastPrefix, h.conv
 
 	var (
 		sb    [512]byte
@@ -152,6 +153,9 @@ type history struct {
 	n       int
 	last    string // content of the last assistant message
 	hasLast bool
+	// conv folds the user messages read so far, lastPrefix those before
+	// the last assistant message (wire.FoldConversation).
+	conv, lastPrefix uint64
 	// The contents of the user messages after it: the first few in an
 	// array of the struct, so that a parse allocates nothing for them.
 	tail  [4]string
@@ -200,11 +204,35 @@ func (h *history) read(s string, i int) int {
 		})
 		if stringIs(role, "assistant") {
 			h.last, h.hasLast, h.tailN, h.more = content, true, 0, h.more[:0]
+			h.lastPrefix = h.conv
 		} else if stringIs(role, "user") {
 			h.addTail(content)
+			h.conv = wire.FoldConversation(h.conv, userTextHash(content))
 		}
 		return end
 	})
+}
+
+// userTextHash hashes the text of a user message's content: a string, or
+// its text blocks. Tool results and cache marks are left out: frameworks
+// move cache_control from message to message between calls.
+func userTextHash(raw string) uint64 {
+	if raw == "" {
+		return 0
+	}
+	content := gjson.Parse(raw)
+	if content.Type == gjson.String {
+		return wire.TextHash(strBody(raw))
+	}
+	var tb [512]byte
+	text := tb[:0]
+	content.ForEach(func(_, b gjson.Result) bool {
+		if b.Get("type").Str == "text" {
+			text = appendUnescaped(text, strBody(rawMember(b.Raw, "text")))
+		}
+		return true
+	})
+	return wire.TextHash(view(text))
 }
 
 // keyIs reports whether the raw key k names name once unescaped.

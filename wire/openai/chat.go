@@ -102,6 +102,9 @@ type chatHistory struct {
 	n       int
 	last    chatMessage
 	hasLast bool
+	// conv folds the user messages read so far, lastPrefix those before
+	// the last assistant message (wire.FoldConversation).
+	conv, lastPrefix uint64
 	// The messages after it: the first few in an array of the struct, so
 	// that a parse allocates nothing for them.
 	tail  [8]chatMessage
@@ -139,9 +142,15 @@ func (h *chatHistory) read(s string, i int) int {
 			}
 			return end
 		})
-		switch {
-		case str(m.role) == "assistant":
+		switch role := str(m.role); {
+		case role == "assistant":
 			h.last, h.hasLast, h.tailN, h.more = m, true, 0, h.more[:0]
+			h.lastPrefix = h.conv
+			return end
+		case role == "user":
+			h.conv = wire.FoldConversation(h.conv, textHashOf(m.content, "text"))
+		}
+		switch {
 		case h.tailN < len(h.tail):
 			h.tail[h.tailN] = m
 			h.tailN++
@@ -165,6 +174,7 @@ func (h *chatHistory) at(i int) *chatMessage {
 func (h *chatHistory) apply(req *wire.Request) {
 	req.Messages = h.n
 	req.NewUserTurn = !h.hasLast
+	req.LastAssistantPrefixHash, req.ConversationHash = h.lastPrefix, h.conv
 	if h.hasLast {
 		eachElement(h.last.toolCalls, func(tc string) bool {
 			if id := str(field(tc, "id")); id != "" {

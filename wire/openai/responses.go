@@ -156,6 +156,9 @@ func (Responses) ParseRequest(body []byte) (wire.Request, error) {
 // what follows it.
 type responsesHistory struct {
 	n int
+	// conv folds the user messages read so far, turnPrefix those before
+	// the last assistant turn (wire.FoldConversation).
+	conv, turnPrefix uint64
 	// The items of the turn and of the tail: the first few in arrays of
 	// the struct, so that a parse allocates nothing for them.
 	turn, tail itemList
@@ -197,11 +200,15 @@ func (h *responsesHistory) read(s string, i int) int {
 				inTurn = true
 				h.turn.reset()
 				h.tail.reset()
+				h.turnPrefix = h.conv
 			}
 			h.turn.add(it)
 		case itemOther:
 			// References and compaction items neither open nor close a turn.
 		default:
+			if it.kind == itemUser {
+				h.conv = wire.FoldConversation(h.conv, textHashOf(it.content, textTypes...))
+			}
 			inTurn = false
 			h.tail.add(it)
 		}
@@ -225,6 +232,7 @@ func (h *responsesHistory) apply(req *wire.Request) {
 		}
 	}
 	req.LastAssistantTextHash = wire.TextHash(view(text))
+	req.LastAssistantPrefixHash, req.ConversationHash = h.turnPrefix, h.conv
 	req.NewUserTurn = h.turn.n == 0 && req.PreviousResponseID == ""
 	for i := range h.tail.n {
 		switch it := h.tail.at(i); it.kind {
