@@ -25,6 +25,9 @@ func (a *api) approvals(w http.ResponseWriter, r *http.Request) {
 	if list == nil {
 		list = []pipeline.Approval{}
 	}
+	for i := range list {
+		list[i] = list[i].Shown()
+	}
 	writeJSON(w, 200, map[string]any{"approvals": list, "count": len(list)})
 }
 
@@ -34,7 +37,7 @@ func (a *api) approval(w http.ResponseWriter, r *http.Request) {
 		writeError(w, 404, err.Error())
 		return
 	}
-	writeJSON(w, 200, t)
+	writeJSON(w, 200, t.Shown())
 }
 
 // decideRequest is the body of POST /api/v1/approvals/{ticket}.
@@ -63,6 +66,7 @@ func (a *api) decide(w http.ResponseWriter, r *http.Request) {
 		by = a.principal(r)
 	}
 	t, err := a.p.Decide(r.PathValue("ticket"), req.Decision, by)
+	t = t.Shown()
 	switch {
 	case errors.Is(err, pipeline.ErrBadDecision):
 		writeError(w, 400, err.Error())
@@ -71,7 +75,7 @@ func (a *api) decide(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		writeJSON(w, 409, map[string]any{"error": map[string]string{"message": err.Error()}, "approval": t})
 	default:
-		a.o.Logger.Info("approval decided", "ticket", t.Ticket, "run_id", t.RunID, "decision", t.Status, "by", t.DecidedBy)
+		a.o.Logger.Info("approval decided", "ticket", t.Ticket, "run_id", t.RunID, "tenant", t.Tenant, "decision", t.Status, "by", t.DecidedBy)
 		writeJSON(w, 200, t)
 	}
 }

@@ -28,7 +28,7 @@ func runsCommand(ctx context.Context, args []string, stdout io.Writer, getenv fu
 	asJSON := fs.Bool("json", false, "print JSON for scripts")
 	status := fs.String("status", "", "list: filter by status")
 	reason := fs.String("reason", "", "list: filter by termination reason")
-	tenant := fs.String("tenant", "", "list: filter by tenant")
+	tenant := fs.String("tenant", "", "list: filter by tenant; show, events, cancel, resume: the run's tenant, needed where runs of several tenants share the id")
 	since := fs.Duration("since", 0, "list: runs created within this duration, e.g. 1h")
 	limit := fs.Int("limit", 0, "list: at most this many runs, newest first")
 	addBudget := fs.String("add-budget", "", "resume: budget to add, X-Run-Budget keys")
@@ -39,6 +39,14 @@ func runsCommand(ctx context.Context, args []string, stdout io.Writer, getenv fu
 	}
 	c := adminClient{base: strings.TrimRight(*adminURL, "/"), token: getenv("HALTLINE_ADMIN_TOKEN")}
 	id := fs.Arg(0)
+	// runPath is the run's route, within its tenant when one is named.
+	runPath := func(suffix string) string {
+		p := "/api/v1/runs/" + url.PathEscape(id) + suffix
+		if *tenant != "" {
+			p += "?tenant=" + url.QueryEscape(*tenant)
+		}
+		return p
+	}
 	needID := func() error {
 		if id == "" {
 			return fmt.Errorf("usage: gateway runs %s RUN_ID", verb)
@@ -71,21 +79,21 @@ func runsCommand(ctx context.Context, args []string, stdout io.Writer, getenv fu
 		}
 	case "show":
 		if err = needID(); err == nil {
-			body, err = c.do(ctx, "GET", "/api/v1/runs/"+url.PathEscape(id), nil)
+			body, err = c.do(ctx, "GET", runPath(""), nil)
 			if err == nil && !*asJSON {
 				return printRecord(stdout, body)
 			}
 		}
 	case "events":
 		if err = needID(); err == nil {
-			body, err = c.do(ctx, "GET", "/api/v1/runs/"+url.PathEscape(id)+"/events", nil)
+			body, err = c.do(ctx, "GET", runPath("/events"), nil)
 			if err == nil && !*asJSON {
 				return printEvents(stdout, body)
 			}
 		}
 	case "cancel":
 		if err = needID(); err == nil {
-			body, err = c.do(ctx, "POST", "/api/v1/runs/"+url.PathEscape(id)+"/cancel", nil)
+			body, err = c.do(ctx, "POST", runPath("/cancel"), nil)
 			if err == nil && !*asJSON {
 				return printRecord(stdout, body)
 			}
@@ -93,7 +101,7 @@ func runsCommand(ctx context.Context, args []string, stdout io.Writer, getenv fu
 	case "resume":
 		if err = needID(); err == nil {
 			req, _ := json.Marshal(map[string]string{"add_budget": *addBudget, "resume_token": *token})
-			body, err = c.do(ctx, "POST", "/api/v1/runs/"+url.PathEscape(id)+"/resume", req)
+			body, err = c.do(ctx, "POST", runPath("/resume"), req)
 			if err == nil && !*asJSON {
 				return printRecord(stdout, body)
 			}

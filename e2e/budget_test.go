@@ -221,7 +221,8 @@ func TestRejectMode(t *testing.T) {
 		t.Fatalf("termination header %q", resp.Header.Get("X-Run-Termination"))
 	}
 	// The body carries the record next to the OpenAI error object.
-	_, _, raw := post(t, gwURL(g)+"/v1/chat/completions", fixedRequest(10), map[string]string{"X-Run-Id": resp.Header.Get("X-Run-Id")})
+	_, _, raw := post(t, gwURL(g)+"/v1/chat/completions", fixedRequest(10), map[string]string{"X-Run-Id": resp.Header.Get("X-Run-Id"),
+		"Authorization": "Bearer sk-x"})
 	var body struct {
 		Error    struct{ Type, Message string }
 		Haltline runstate.Record

@@ -50,7 +50,9 @@ func TestToolAttributionAfterModelCall(t *testing.T) {
 	if runID == "" {
 		t.Fatal("no X-Run-Id on the model answer")
 	}
-	cs := tlConnect(t, gw, "fs", nil) // no run headers at all
+	// No run headers at all; the same credential as the model call, which
+	// names the tenant whose runs the call may be matched to.
+	cs := tlConnect(t, gw, "fs", map[string]string{"Authorization": "Bearer sk-agent-test"})
 	// The framework sends the arguments its own way: key order and spacing differ.
 	res := tlCall(t, cs, "read", map[string]any{"path": "attr.txt"})
 	if res.IsError || c.count("read") != 1 {

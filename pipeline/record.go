@@ -351,7 +351,8 @@ func (p *Pipeline) recordingOps(r *runstate.Run, g *governance, now time.Time, o
 
 // Recordings returns the recordings of runs active since the given time,
 // oldest first: those this process holds, then the store's. Expired ones
-// (past their retention) are left out.
+// (past their retention) are left out. They name runs as their records do,
+// by name beside the tenant (a replay scopes the name again).
 func (p *Pipeline) Recordings(since time.Time) ([]Recording, error) {
 	now := p.now()
 	var out []Recording
@@ -406,6 +407,9 @@ func (p *Pipeline) Recordings(since time.Time) ([]Recording, error) {
 		if err != nil {
 			return nil, fmt.Errorf("recordings: %w", err)
 		}
+	}
+	for i := range out {
+		out[i].RunID, out[i].ParentRunID = runstate.NameOf(out[i].RunID), runstate.NameOf(out[i].ParentRunID)
 	}
 	slices.SortFunc(out, func(a, b Recording) int {
 		if a.Started != b.Started {

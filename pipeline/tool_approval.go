@@ -40,6 +40,16 @@ type Approval struct {
 	UsedAt        time.Time `json:"used_at,omitzero"`
 	// Key is the call's idempotency key (server/tool and fingerprint).
 	Key string `json:"call_key"`
+	// Tenant is the run's tenant, filled in where an approval is shown
+	// (Shown): RunID is then the run's name, as its record shows it.
+	Tenant string `json:"tenant,omitempty"`
+}
+
+// Shown is the approval as the control plane shows it: the run by name
+// and tenant, where the stored approval holds the run's scoped id.
+func (a Approval) Shown() Approval {
+	a.RunID, a.Tenant = runstate.NameOf(a.RunID), runstate.TenantOf(a.RunID)
+	return a
 }
 
 // effective is the status as of now: a pending ticket past its time has

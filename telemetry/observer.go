@@ -7,6 +7,7 @@ import (
 
 	"github.com/haltline/haltline/accounting"
 	"github.com/haltline/haltline/pipeline"
+	"github.com/haltline/haltline/runstate"
 	"github.com/haltline/haltline/policy"
 	"github.com/haltline/haltline/wire"
 )
@@ -40,7 +41,7 @@ func (o *Observer) ModelCall(c pipeline.CallReport) {
 		return // the attributes are not built for nothing
 	}
 	attrs := []slog.Attr{
-		slog.String(KeyRunID, c.RunID), slog.String(KeySessionID, c.SessionID),
+		slog.String(KeyRunID, runstate.NameOf(c.RunID)), slog.String(KeySessionID, c.SessionID),
 		slog.String(KeyTenant, c.Tenant), slog.String(KeyTeam, c.Team),
 		slog.String(KeyAPI, c.API), slog.String(KeyModel, c.Model), slog.Int(KeyStatus, c.Status),
 		slog.Int64(KeyStep, c.Step), slog.Int64(KeyInputTokens, c.Usage.InputTokens),
@@ -93,7 +94,7 @@ func (o *Observer) RunEnded(e pipeline.RunEnd) {
 	traceID := o.t.TraceID(e.RunID)
 	o.t.RunEnded(e)
 	attrs := []slog.Attr{
-		slog.String(KeyRunID, e.RunID), slog.String(KeySessionID, e.SessionID),
+		slog.String(KeyRunID, runstate.NameOf(e.RunID)), slog.String(KeySessionID, e.SessionID),
 		slog.String(KeyTenant, e.Tenant), slog.String(KeyTeam, e.Team),
 		slog.String(KeyStatus, e.State), slog.String(KeyReason, e.Reason), slog.Int64(KeyStep, e.Step),
 		slog.String(KeyDetector, e.Detector), slog.String(KeyMode, e.Mode), slog.String(KeyDetail, e.Detail),

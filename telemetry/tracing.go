@@ -167,7 +167,9 @@ func (t *Tracer) run(runID string, at time.Time, resumedFrom string) *runTrace {
 	if len(t.runs) >= t.max {
 		t.evictOldest(at)
 	}
-	attrs := []attribute.KeyValue{attribute.String(attrRunID, runID)}
+	// Runs are keyed by their scoped id; spans show the name the agent
+	// knows (the tenant is a span attribute of its own).
+	attrs := []attribute.KeyValue{attribute.String(attrRunID, runstate.NameOf(runID))}
 	if resumedFrom != "" {
 		// A resumed (or restored) run: its first segment's trace ended
 		// with its termination.
@@ -251,7 +253,7 @@ func (t *Tracer) UpstreamStart(runID, api, provider, model string, set func(key,
 			attribute.String(attrGenAIProvider, provider),
 			attribute.String(attrGenAIRequestModel, model),
 			attribute.String(attrAPI, api),
-			attribute.String(attrRunID, runID),
+			attribute.String(attrRunID, runstate.NameOf(runID)),
 		))
 	if set != nil {
 		t.prop.Inject(ctx, setter(set))

@@ -94,7 +94,7 @@ async function renderList() {
   const { body } = await api("/api/v1/runs?" + filterQuery());
   const runs = body.runs || [];
   const rows = runs.map((r) => el("tr", { "data-run": r.run_id },
-    el("td", {}, el("a", { href: "#/runs/" + encodeURIComponent(r.run_id) }, el("code", { text: r.run_id }))),
+    el("td", {}, el("a", { href: runHash(r) }, el("code", { text: r.run_id }))),
     el("td", { text: r.tenant || "" }), el("td", { text: r.team || "" }),
     el("td", {}, badge(r.status)), el("td", { class: "reason", text: r.reason || "" }),
     el("td", { class: "num", text: r.agent_steps }), el("td", { class: "num", text: r.total_tokens }),
@@ -109,10 +109,10 @@ function fact(dl, name, value) {
   dl.append(el("dt", { text: name }), el("dd", { text: typeof value === "object" ? JSON.stringify(value) : value }));
 }
 
-async function renderRun(id) {
+async function renderRun(ref) {
   const [{ body: rec }, { body: evb }] = await Promise.all([
-    api("/api/v1/runs/" + encodeURIComponent(id)),
-    api("/api/v1/runs/" + encodeURIComponent(id) + "/events"),
+    api(runURL(ref, "")),
+    api(runURL(ref, "/events")),
   ]);
   $("#run-id").textContent = rec.run_id;
   $("#run-status").replaceWith(Object.assign(badge(rec.status), { id: "run-status" }));
@@ -198,13 +198,13 @@ async function act(method, path, body) {
   route();
 }
 
-async function showApprovals(runID) {
+async function showApprovals(ref) {
   const box = $("#approvals");
   box.hidden = false;
   box.replaceChildren(el("p", { class: "muted", text: "Loading approvals…" }));
   try {
     const { body } = await api("/api/v1/approvals");
-    const list = (body.approvals || body || []).filter((a) => (!a.run_id || a.run_id === runID) && (!a.status || a.status === "pending"));
+    const list = (body.approvals || body || []).filter((a) => (!a.run_id || (a.run_id === ref.id && (a.tenant || "") === ref.tenant)) && (!a.status || a.status === "pending"));
     if (!list.length) { box.replaceChildren(el("p", { class: "muted", text: "No pending approval for this run." })); return; }
     box.replaceChildren(...list.map((a) => {
       const ticket = a.ticket || a.id;
@@ -224,12 +224,12 @@ async function showApprovals(runID) {
 
 async function route() {
   clearTimeout(pollTimer);
-  const m = location.hash.match(/^#\/runs\/(.+)$/);
-  $("#list-view").hidden = !!m;
-  $("#run-view").hidden = !m;
+  const ref = currentRun();
+  $("#list-view").hidden = !!ref;
+  $("#run-view").hidden = !ref;
   try {
     await refreshCounts();
-    if (m) await renderRun(decodeURIComponent(m[1])); else await renderList();
+    if (ref) await renderRun(ref); else await renderList();
     showError("");
     document.body.dataset.ready = "true";
   } catch (e) {
@@ -238,15 +238,26 @@ async function route() {
   pollTimer = setTimeout(route, 2000);
 }
 
+// A run is named by its id within its tenant (two tenants may use one id):
+// the view of a run is #/runs/ID?tenant=TENANT.
+function runHash(rec) {
+  return "#/runs/" + encodeURIComponent(rec.run_id) + "?tenant=" + encodeURIComponent(rec.tenant || "");
+}
+
 function currentRun() {
-  const m = location.hash.match(/^#\/runs\/(.+)$/);
-  return m ? decodeURIComponent(m[1]) : "";
+  const m = location.hash.match(/^#\/runs\/([^?]+)(?:\?tenant=(.*))?$/);
+  return m ? { id: decodeURIComponent(m[1]), tenant: decodeURIComponent(m[2] || "") } : null;
+}
+
+function runURL(ref, suffix) {
+  const q = ref.tenant ? "?tenant=" + encodeURIComponent(ref.tenant) : "";
+  return "/api/v1/runs/" + encodeURIComponent(ref.id) + suffix + q;
 }
 
 $("#filters").addEventListener("change", route);
 $("#filters").addEventListener("submit", (e) => { e.preventDefault(); route(); });
-$("#btn-cancel").onclick = () => act("POST", `/api/v1/runs/${encodeURIComponent(currentRun())}/cancel`);
-$("#btn-resume").onclick = () => act("POST", `/api/v1/runs/${encodeURIComponent(currentRun())}/resume`,
+$("#btn-cancel").onclick = () => act("POST", runURL(currentRun(), "/cancel"));
+$("#btn-resume").onclick = () => act("POST", runURL(currentRun(), "/resume"),
   { add_budget: $("#resume-budget").value, resume_token: $("#btn-resume").dataset.token });
 $("#btn-approvals").onclick = () => showApprovals(currentRun());
 window.addEventListener("hashchange", () => { document.body.dataset.ready = ""; $("#approvals").hidden = true; route(); });
