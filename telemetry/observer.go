@@ -7,8 +7,8 @@ import (
 
 	"github.com/haltline/haltline/accounting"
 	"github.com/haltline/haltline/pipeline"
-	"github.com/haltline/haltline/runstate"
 	"github.com/haltline/haltline/policy"
+	"github.com/haltline/haltline/runstate"
 	"github.com/haltline/haltline/wire"
 )
 
