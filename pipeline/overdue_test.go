@@ -87,7 +87,8 @@ func TestOverdueRunCaughtInACall(t *testing.T) {
 				t.Fatal(err)
 			}
 			clock = clock.Add(2 * time.Minute) // past the deadline, within the upstream timeout (10 min)
-			want := 0                          // a call may be in flight
+			// Shared: a call may be in flight.
+			want := 0
 			if c.wait == 0 {
 				want = 1
 			}
