@@ -702,3 +702,38 @@ func TestInFlightCallsSurviveACrash(t *testing.T) {
 		}
 	}
 }
+
+// A hold this process made is live in its book: a restore on its own
+// store leaves it held and in the store, and its run records nothing.
+func TestRestoreKeepsTheHoldsOfItsOwnCalls(t *testing.T) {
+	t.Parallel()
+	p, st := boltPipeline(t, t.TempDir(), time.Now)
+	ctx := context.Background()
+	turn := p.Begin(ctx, &pipeline.Call{Body: taskBody, RunID: "r-live"}, openai.Chat{})
+	if turn.Answer != nil {
+		t.Fatalf("refused: %s", turn.Answer.Body)
+	}
+	holds := func() int {
+		n := 0
+		st.Scan(store.Reservations, func(_, _ []byte) error { n++; return nil })
+		return n
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for holds() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("after 5 s the call's hold is not in the store")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if _, err := p.Restore(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := holds(); n != 1 {
+		t.Fatalf("the restore left %d holds in the store, want the call's", n)
+	}
+	events, _, _ := p.Events("r-live")
+	if slices.ContainsFunc(events, func(e runstate.Event) bool { return e.Type == pipeline.EventReleasedAfterRestart }) {
+		t.Fatalf("a live call's hold was recorded as released: %+v", events)
+	}
+	p.Finish(ctx, turn, pipeline.Outcome{Status: 200, Body: []byte(toolResponse)})
+}
