@@ -125,6 +125,31 @@ func launchWith(t *testing.T, bin string, env []string, holdStderr bool, args ..
 	return p
 }
 
+// readPagesCall is one chat call of the restart tests' agent, which is
+// offered one tool (read_page), to the gateway at base.
+func readPagesCall(base string, msgs []openai.ChatCompletionMessageParamUnion, opts ...option.RequestOption) (*openai.ChatCompletion, http.Header, error) {
+	client := openai.NewClient(option.WithBaseURL("http://"+base+"/v1"), option.WithAPIKey("sk-x"), option.WithMaxRetries(0))
+	tools := []openai.ChatCompletionToolUnionParam{openai.ChatCompletionFunctionTool(openai.FunctionDefinitionParam{
+		Name: "read_page", Parameters: openai.FunctionParameters{"type": "object"}})}
+	var resp *http.Response
+	c, err := client.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{Model: "gpt-4o-mini", Messages: msgs, Tools: tools},
+		append(opts, option.WithResponseInto(&resp))...)
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, resp.Header, nil
+}
+
+// answerTools is msgs followed by the model's message and a result for
+// each tool call it made.
+func answerTools(msgs []openai.ChatCompletionMessageParamUnion, msg openai.ChatCompletionMessage) []openai.ChatCompletionMessageParamUnion {
+	msgs = append(msgs, msg.ToParam())
+	for _, tc := range msg.ToolCalls {
+		msgs = append(msgs, openai.ToolMessage(fmt.Sprintf("page %s", tc.Function.Arguments), tc.ID))
+	}
+	return msgs
+}
+
 // The real binary takes a run three steps, dies by SIGKILL, restarts on the
 // same data dir: the run's counters go on from 3, its budget is not reset,
 // and a call without run headers still continues it by lineage.
@@ -136,24 +161,14 @@ func TestRestartKeepsRuns(t *testing.T) {
 	dir := t.TempDir()
 	p := startBinary(t, bin, up.URL, dir)
 
-	ctx := context.Background()
-	tools := []openai.ChatCompletionToolUnionParam{openai.ChatCompletionFunctionTool(openai.FunctionDefinitionParam{
-		Name: "read_page", Parameters: openai.FunctionParameters{"type": "object"}})}
 	msgs := []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Read the report.")}
 	step := func(base string) (string, openai.ChatCompletionMessage) {
-		client := openai.NewClient(option.WithBaseURL("http://"+base+"/v1"), option.WithAPIKey("sk-x"), option.WithMaxRetries(0))
-		var resp *http.Response
-		c, err := client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "gpt-4o-mini", Messages: msgs, Tools: tools},
-			option.WithHeader("X-Run-Budget", "max_steps=6"), option.WithResponseInto(&resp))
+		c, hdr, err := readPagesCall(base, msgs, option.WithHeader("X-Run-Budget", "max_steps=6"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		msg := c.Choices[0].Message
-		msgs = append(msgs, msg.ToParam())
-		for _, tc := range msg.ToolCalls {
-			msgs = append(msgs, openai.ToolMessage(fmt.Sprintf("page %s", tc.Function.Arguments), tc.ID))
-		}
-		return resp.Header.Get("X-Run-Id"), msg
+		msgs = answerTools(msgs, c.Choices[0].Message)
+		return hdr.Get("X-Run-Id"), c.Choices[0].Message
 	}
 	var runID string
 	for range 3 {
@@ -253,18 +268,9 @@ func TestRestartReleasesTheHoldsOfCallsInFlight(t *testing.T) {
 	p := startBinary(t, bin, up.URL, dir)
 
 	const runID = "r-cut-short"
-	tools := []openai.ChatCompletionToolUnionParam{openai.ChatCompletionFunctionTool(openai.FunctionDefinitionParam{
-		Name: "read_page", Parameters: openai.FunctionParameters{"type": "object"}})}
 	msgs := []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Read the report.")}
 	call := func(base string, msgs []openai.ChatCompletionMessageParamUnion, run string) (*openai.ChatCompletion, http.Header, error) {
-		client := openai.NewClient(option.WithBaseURL("http://"+base+"/v1"), option.WithAPIKey("sk-x"), option.WithMaxRetries(0))
-		var resp *http.Response
-		c, err := client.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{Model: "gpt-4o-mini", Messages: msgs, Tools: tools},
-			option.WithHeader("X-Run-Id", run), option.WithHeader("X-Run-Budget", "max_steps=10,max_tokens=100000"), option.WithResponseInto(&resp))
-		if err != nil {
-			return nil, nil, err
-		}
-		return c, resp.Header, nil
+		return readPagesCall(base, msgs, option.WithHeader("X-Run-Id", run), option.WithHeader("X-Run-Budget", "max_steps=10,max_tokens=100000"))
 	}
 	step := func(base string) http.Header {
 		t.Helper()
@@ -272,11 +278,7 @@ func TestRestartReleasesTheHoldsOfCallsInFlight(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		msg := c.Choices[0].Message
-		msgs = append(msgs, msg.ToParam())
-		for _, tc := range msg.ToolCalls {
-			msgs = append(msgs, openai.ToolMessage(fmt.Sprintf("page %s", tc.Function.Arguments), tc.ID))
-		}
+		msgs = answerTools(msgs, c.Choices[0].Message)
 		return hdr
 	}
 	for range 3 {
