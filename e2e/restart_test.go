@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -11,6 +12,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -120,6 +125,31 @@ func launchWith(t *testing.T, bin string, env []string, holdStderr bool, args ..
 	return p
 }
 
+// readPagesCall is one chat call of the restart tests' agent, which is
+// offered one tool (read_page), to the gateway at base.
+func readPagesCall(base string, msgs []openai.ChatCompletionMessageParamUnion, opts ...option.RequestOption) (*openai.ChatCompletion, http.Header, error) {
+	client := openai.NewClient(option.WithBaseURL("http://"+base+"/v1"), option.WithAPIKey("sk-x"), option.WithMaxRetries(0))
+	tools := []openai.ChatCompletionToolUnionParam{openai.ChatCompletionFunctionTool(openai.FunctionDefinitionParam{
+		Name: "read_page", Parameters: openai.FunctionParameters{"type": "object"}})}
+	var resp *http.Response
+	c, err := client.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{Model: "gpt-4o-mini", Messages: msgs, Tools: tools},
+		append(opts, option.WithResponseInto(&resp))...)
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, resp.Header, nil
+}
+
+// answerTools is msgs followed by the model's message and a result for
+// each tool call it made.
+func answerTools(msgs []openai.ChatCompletionMessageParamUnion, msg openai.ChatCompletionMessage) []openai.ChatCompletionMessageParamUnion {
+	msgs = append(msgs, msg.ToParam())
+	for _, tc := range msg.ToolCalls {
+		msgs = append(msgs, openai.ToolMessage(fmt.Sprintf("page %s", tc.Function.Arguments), tc.ID))
+	}
+	return msgs
+}
+
 // The real binary takes a run three steps, dies by SIGKILL, restarts on the
 // same data dir: the run's counters go on from 3, its budget is not reset,
 // and a call without run headers still continues it by lineage.
@@ -131,24 +161,14 @@ func TestRestartKeepsRuns(t *testing.T) {
 	dir := t.TempDir()
 	p := startBinary(t, bin, up.URL, dir)
 
-	ctx := context.Background()
-	tools := []openai.ChatCompletionToolUnionParam{openai.ChatCompletionFunctionTool(openai.FunctionDefinitionParam{
-		Name: "read_page", Parameters: openai.FunctionParameters{"type": "object"}})}
 	msgs := []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Read the report.")}
 	step := func(base string) (string, openai.ChatCompletionMessage) {
-		client := openai.NewClient(option.WithBaseURL("http://"+base+"/v1"), option.WithAPIKey("sk-x"), option.WithMaxRetries(0))
-		var resp *http.Response
-		c, err := client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "gpt-4o-mini", Messages: msgs, Tools: tools},
-			option.WithHeader("X-Run-Budget", "max_steps=6"), option.WithResponseInto(&resp))
+		c, hdr, err := readPagesCall(base, msgs, option.WithHeader("X-Run-Budget", "max_steps=6"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		msg := c.Choices[0].Message
-		msgs = append(msgs, msg.ToParam())
-		for _, tc := range msg.ToolCalls {
-			msgs = append(msgs, openai.ToolMessage(fmt.Sprintf("page %s", tc.Function.Arguments), tc.ID))
-		}
-		return resp.Header.Get("X-Run-Id"), msg
+		msgs = answerTools(msgs, c.Choices[0].Message)
+		return hdr.Get("X-Run-Id"), c.Choices[0].Message
 	}
 	var runID string
 	for range 3 {
@@ -223,5 +243,101 @@ func TestCallsGoOnWhenTheLogIsNotRead(t *testing.T) {
 		if err != nil {
 			t.Fatalf("call %d: %v", i, err)
 		}
+	}
+}
+
+// The real binary dies by SIGKILL with two calls of a run in flight (the
+// provider has not answered them) after three completed steps, and
+// restarts on the same data dir: the calls' holds died with the process,
+// so the restart gives them back at once (no lease is left to run out)
+// and the run records it; the run's record says three steps, its next
+// call is step 4, and the budget left is what four completed calls leave.
+func TestRestartReleasesTheHoldsOfCallsInFlight(t *testing.T) {
+	t.Parallel()
+	bin := buildGateway(t)
+	m := &toolLoop{finalAfter: 1000, in: 300, out: 20}
+	var hang atomic.Bool
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request, body []byte) {
+		if hang.Load() && !bytes.Contains(body, []byte("Flush.")) {
+			<-r.Context().Done() // the gateway died with the call
+			return
+		}
+		m.serve(w, r, body)
+	})
+	dir := t.TempDir()
+	p := startBinary(t, bin, up.URL, dir)
+
+	const runID = "r-cut-short"
+	msgs := []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Read the report.")}
+	call := func(base string, msgs []openai.ChatCompletionMessageParamUnion, run string) (*openai.ChatCompletion, http.Header, error) {
+		return readPagesCall(base, msgs, option.WithHeader("X-Run-Id", run), option.WithHeader("X-Run-Budget", "max_steps=10,max_tokens=100000"))
+	}
+	step := func(base string) http.Header {
+		t.Helper()
+		c, hdr, err := call(base, msgs, runID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs = answerTools(msgs, c.Choices[0].Message)
+		return hdr
+	}
+	for range 3 {
+		step(p.data)
+	}
+
+	// Two calls go out and hang at the provider.
+	hang.Store(true)
+	var inflight sync.WaitGroup
+	for range 2 {
+		inflight.Go(func() { _, _, _ = call(p.data, msgs, runID) }) // cut off by the kill
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for len(up.requests()) < 5 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the calls did not reach the provider: %d requests", len(up.requests()))
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	// Their holds ride on the store's next commit: a call that completes
+	// makes one.
+	if _, _, err := call(p.data, []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Flush.")}, "r-flush"); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = p.cmd.Wait()
+	inflight.Wait()
+	hang.Store(false)
+
+	p2 := startBinary(t, bin, up.URL, dir)
+	var rec runstate.Record
+	getJSON(t, "http://"+p2.admin+"/api/v1/runs/"+runID, &rec)
+	if rec.AgentSteps != 3 {
+		t.Fatalf("after restart: %+v", rec)
+	}
+	var timeline struct{ Events []runstate.Event }
+	getJSON(t, "http://"+p2.admin+"/api/v1/runs/"+runID+"/events", &timeline)
+	released := slices.IndexFunc(timeline.Events, func(e runstate.Event) bool {
+		return e.Type == "released_after_restart" && strings.HasPrefix(e.Detail, "2 call(s) in flight") && strings.Contains(e.Detail, "released steps=2;")
+	})
+	if released < 0 {
+		t.Fatalf("no release of the two calls' holds in the timeline: %+v", timeline.Events)
+	}
+
+	hdr := step(p2.data)
+	left := map[string]string{}
+	for _, kv := range strings.Split(hdr.Get("X-Run-Budget-Remaining"), ";") {
+		k, v, _ := strings.Cut(kv, "=")
+		left[k] = v
+	}
+	// Four calls of 300 input and 20 output tokens each.
+	if hdr.Get("X-Run-Step") != "4" || left["steps"] != "6" || left["tokens"] != "98720" {
+		t.Fatalf("next call after the restart: step %s, budget left %q; want step 4, steps=6, tokens=98720",
+			hdr.Get("X-Run-Step"), hdr.Get("X-Run-Budget-Remaining"))
+	}
+	getJSON(t, "http://"+p2.admin+"/api/v1/runs/"+runID, &rec)
+	if rec.AgentSteps != 4 {
+		t.Fatalf("record after the next call: %d steps, its X-Run-Step said 4", rec.AgentSteps)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/haltline/haltline/pipeline"
+	"github.com/haltline/haltline/policy"
 	"github.com/haltline/haltline/runstate"
 	"github.com/haltline/haltline/wire/openai"
 )
@@ -51,35 +52,64 @@ func TestOverdueRunsEndAtTheirDeadline(t *testing.T) {
 }
 
 // A run restored in the middle of a model call (its process died with the
-// call) has nothing in flight here, but its stored state says a call was:
-// with several replicas that call may be another's, so the run waits out
-// the upstream timeout past its deadline before the sweeper ends it.
-func TestOverdueRunCaughtInACallWaitsOutTheUpstreamTimeout(t *testing.T) {
+// call) has nothing in flight: with the embedded store only the process
+// that wrote the run could have had a call going, so the restart puts the
+// run back to ready and the sweeper ends it at its deadline. With replicas
+// sharing the store the stored state says a call was in flight, and that
+// call may be another replica's: the run waits out the upstream timeout
+// past its deadline before the sweeper ends it.
+func TestOverdueRunCaughtInACall(t *testing.T) {
 	t.Parallel()
-	clock := time.Unix(1_800_000_000, 0)
-	now := func() time.Time { return clock }
-	dir := t.TempDir()
-	p, st := boltPipeline(t, dir, now)
-	ctx := context.Background()
-	if turn := p.Begin(ctx, &pipeline.Call{Body: taskBody, RunID: "r-cut", RunBudget: "deadline_ms=60000"}, openai.Chat{}); turn.Answer != nil {
-		t.Fatalf("refused: %s", turn.Answer.Body)
-	}
-	p.SaveUnsaved() // what its timer does a millisecond after the call went out
-	st.Close()      // the process dies with the call in flight
+	for _, c := range []struct {
+		name string
+		lock pipeline.RunLock // replicas share the store
+		wait time.Duration    // past the deadline before the run ends
+	}{{"embedded", nil, 0}, {"shared", soleLock{}, 10 * time.Minute}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			clock := time.Unix(1_800_000_000, 0)
+			now := func() time.Time { return clock }
+			dir := t.TempDir()
+			p, st := boltPipeline(t, dir, now)
+			ctx := context.Background()
+			if turn := p.Begin(ctx, &pipeline.Call{Body: taskBody, RunID: "r-cut", RunBudget: "deadline_ms=60000"}, openai.Chat{}); turn.Answer != nil {
+				t.Fatalf("refused: %s", turn.Answer.Body)
+			}
+			p.SaveUnsaved() // what its timer does a millisecond after the call went out
+			st.Close()      // the process dies with the call in flight
 
-	p2, _ := boltPipeline(t, dir, now)
-	if _, err := p2.Restore(ctx); err != nil {
-		t.Fatal(err)
-	}
-	clock = clock.Add(2 * time.Minute) // past the deadline, within the upstream timeout (10 min)
-	if n := p2.EndOverdue(); n != 0 {
-		t.Fatalf("ended %d runs while a call may still be in flight", n)
-	}
-	clock = clock.Add(10 * time.Minute)
-	if n := p2.EndOverdue(); n != 1 {
-		t.Fatalf("ended %d runs, want r-cut", n)
-	}
-	if rec, _, _ := p2.Record("r-cut"); rec.Status != runstate.Terminated || rec.Reason != runstate.ReasonDeadline {
-		t.Fatalf("r-cut: %+v", rec)
+			pol, err := policy.New(ctx, policy.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p2 := pipeline.New(pipeline.Options{Policy: pol, Store: openBolt(t, dir), RunLock: c.lock, Now: now})
+			if _, err := p2.Restore(ctx); err != nil {
+				t.Fatal(err)
+			}
+			clock = clock.Add(2 * time.Minute) // past the deadline, within the upstream timeout (10 min)
+			// Shared: a call may be in flight.
+			want := 0
+			if c.wait == 0 {
+				want = 1
+			}
+			if n := p2.EndOverdue(); n != want {
+				t.Fatalf("ended %d runs, want %d", n, want)
+			}
+			clock = clock.Add(c.wait)
+			if c.wait > 0 {
+				if n := p2.EndOverdue(); n != 1 {
+					t.Fatalf("ended %d runs, want r-cut", n)
+				}
+			}
+			if rec, _, _ := p2.Record("r-cut"); rec.Status != runstate.Terminated || rec.Reason != runstate.ReasonDeadline {
+				t.Fatalf("r-cut: %+v", rec)
+			}
+		})
 	}
 }
+
+// soleLock is a RunLock for one process that stands for replicas sharing
+// the store: nothing else takes the run.
+type soleLock struct{}
+
+func (soleLock) Lock(context.Context, string) (func(), error) { return func() {}, nil }

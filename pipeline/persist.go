@@ -1,10 +1,8 @@
 package pipeline
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -402,29 +400,16 @@ func (p *Pipeline) persistPendingLater(r *runstate.Run) {
 // queue adds a write to the run's next persist.
 func (g *governance) queue(op store.Op) { g.pending = append(g.pending, op) }
 
-// reservationKey is the epoch and the hold's id, each as 16 hex digits,
-// joined by a dash (fmt's %016x-%016x, without fmt: one per call).
-func (p *Pipeline) reservationKey(id uint64) []byte {
-	return appendHex16(append(appendHex16(make([]byte, 0, 33), uint64(p.epoch)), '-'), id) // epoch: UnixNano, positive
-}
-
-func appendHex16(b []byte, x uint64) []byte {
-	const digits = "0123456789abcdef"
-	for shift := 60; shift >= 0; shift -= 4 {
-		b = append(b, digits[x>>uint(shift)&0xf])
-	}
-	return b
-}
-
 // trackReservation records an in-process hold in the store, so that a
-// restart keeps its budget held until its lease ends.
+// restart knows what the calls in flight held and gives it back
+// (releaseDeadHolds).
 func (p *Pipeline) trackReservation(t *Turn, g *governance, h *accounting.Hold) {
 	mb, ok := p.book.(*accounting.MemBook)
 	if p.opts.Store == nil || !ok {
 		return
 	}
 	if st, ok := mb.HoldState(h); ok {
-		t.resKey = p.reservationKey(st.ID)
+		t.resKey = p.reservationKey(st.ID, t.run.ID)
 		// The record's fixed part runs to about 300 bytes with a priced
 		// call's want (five members) and a nanosecond expiry: 128 grew it
 		// once a call.
@@ -494,9 +479,9 @@ func (p *Pipeline) Restore(ctx context.Context) (runs int, err error) {
 }
 
 // StartRestore brings back from the store what a restart must not lose:
-// open reservations whose lease still runs (their budget stays held until
-// it ends; expired ones are dropped), the ledgers they and the team
-// windows hold, open approvals; then it leaves the unfinished runs to be
+// the ledgers the team windows hold, open approvals; it gives back the
+// holds of the calls that were in flight when the previous process
+// stopped (releaseDeadHolds); then it leaves the unfinished runs to be
 // rebuilt in the background (restoreRuns) and returns: a gateway serves
 // as soon as budgets are whole, whatever the number of runs in flight
 // (7,182 of them took 130–190 ms to rebuild on two cores, and the time
@@ -514,82 +499,34 @@ func (p *Pipeline) StartRestore(ctx context.Context) (*Restoring, error) {
 		return rebuild, nil
 	}
 	now := p.now()
-	// Reservations first: a ledger's reserved amount is the sum of its live
-	// reservations, whatever the ledger state said at its last write.
-	var live []accounting.ReservationState
-	var expired [][]byte
-	reserved := map[string]accounting.Vector{}
-	err := st.Scan(store.Reservations, func(k, v []byte) error {
-		var rs accounting.ReservationState
-		if json.Unmarshal(v, &rs) != nil || !rs.Expires.After(now) {
-			expired = append(expired, bytes.Clone(k))
-			return nil
+	// A shared book restores itself, holds and all; only runs and lineage
+	// come from the store.
+	if mb, ok := p.book.(*accounting.MemBook); ok {
+		if err := p.releaseDeadHolds(st); err != nil {
+			return nil, err
 		}
-		live = append(live, rs)
-		for _, key := range rs.Ledgers {
-			reserved[key] = reserved[key].Add(rs.Want)
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	mb, _ := p.book.(*accounting.MemBook)
-	if mb == nil {
-		// A shared book restores itself; only runs and lineage come from the store.
-		live = nil
-	}
-	if mb != nil {
-		// Team windows (Ensure would start a missing one afresh) and the
-		// ledgers of live reservations; a run's own ledger comes with its
-		// run (restoreLedgers), and most runs in the store have ended.
-		load := func(k, v []byte) error {
+		// Team windows (Ensure would start a missing one afresh); a run's
+		// ledgers come with its run (restoreLedgers), and most runs in the
+		// store have ended. Nothing is reserved on them: the holds of the
+		// last process were given back.
+		err := st.ScanPrefix(store.Ledgers, []byte(teamLedgerPrefix), func(k, v []byte) error {
 			var ls accounting.LedgerState
 			if err := decode(v, &ls); err != nil {
 				return fmt.Errorf("ledger %q: %w", k, err)
 			}
-			ls.Reserved = reserved[ls.Key]
+			ls.Reserved = accounting.Vector{}
 			mb.Put(accounting.RestoreLedger(ls))
 			return nil
-		}
-		if err = st.ScanPrefix(store.Ledgers, []byte(teamLedgerPrefix), load); err != nil {
+		})
+		if err != nil {
 			return nil, err
 		}
-		for key := range reserved {
-			if strings.HasPrefix(key, teamLedgerPrefix) {
-				continue
-			}
-			v, err := st.Get(store.Ledgers, []byte(key))
-			if err != nil {
-				return nil, err
-			}
-			if v != nil {
-				if err := load([]byte(key), v); err != nil {
-					return nil, err
-				}
-			}
-		}
-	}
-	for _, rs := range live {
-		res, err := accounting.RestoreReservation(rs, mb.Ledger)
-		if err != nil {
-			p.log.Warn("dropping a reservation on restore", "err", err)
-			continue
-		}
-		mb.Adopt(res)
 	}
 	// Lineage keys are not read: a request echoing one resolves it through
 	// the store (lookup), which indexes it again; reading them all made a
 	// restart's time grow with every call ever made (two keys a call).
 	if err := p.restoreTools(st); err != nil {
 		return nil, err
-	}
-	if len(expired) > 0 {
-		ops := make([]store.Op, len(expired))
-		for i, k := range expired {
-			ops[i] = store.Op{Bucket: store.Reservations, Key: k}
-		}
-		<-st.Apply(ops)
 	}
 	p.restoring.Store(true)
 	go func() {

@@ -152,11 +152,30 @@ func TestDecodeMatchesEncodingJSON(t *testing.T) {
 	}
 }
 
+// A hold's key is the process's epoch and the hold's id as fmt's
+// %016x-%016x would write them, then its run; holdOf reads back both the
+// epoch and the run, and reads a key without a run (as written before the
+// run was part of it) as one.
 func TestReservationKeyIsFmts(t *testing.T) {
 	for _, c := range [][2]uint64{{0, 0}, {1, 15}, {uint64(time.Now().UnixNano()), 1 << 40}, {1<<63 - 1, ^uint64(0)}} {
 		p := &Pipeline{epoch: int64(c[0])}
-		if got, want := string(p.reservationKey(c[1])), fmt.Sprintf("%016x-%016x", int64(c[0]), c[1]); got != want {
-			t.Fatalf("%q, want %q", got, want)
+		for _, run := range []string{"r-1", "a-b-c", "\x00"} {
+			key := p.reservationKey(c[1], run)
+			if got, want := string(key), fmt.Sprintf("%016x-%016x-%s", int64(c[0]), c[1], run); got != want {
+				t.Fatalf("%q, want %q", got, want)
+			}
+			if epoch, gotRun, ok := holdOf(key); !ok || epoch != c[0] || gotRun != run {
+				t.Fatalf("holdOf(%q) = %x, %q, %v", key, epoch, gotRun, ok)
+			}
+		}
+		old := fmt.Appendf(nil, "%016x-%016x", int64(c[0]), c[1])
+		if epoch, run, ok := holdOf(old); !ok || epoch != c[0] || run != "" {
+			t.Fatalf("holdOf(%q) = %x, %q, %v", old, epoch, run, ok)
+		}
+	}
+	for _, bad := range []string{"", "0123", "zzzzzzzzzzzzzzzz-0000000000000000", "0000000000000000+0000000000000000"} {
+		if _, _, ok := holdOf([]byte(bad)); ok {
+			t.Fatalf("holdOf(%q) read a hold's key", bad)
 		}
 	}
 }

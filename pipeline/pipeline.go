@@ -166,8 +166,13 @@ type Pipeline struct {
 	canonMu sync.Mutex
 	canons  map[string]*loopguard.Canonicalizer
 
-	// epoch tells this process's reservation ids from a previous one's.
+	// epoch tells this process's holds from a previous one's (their keys
+	// in the store begin with it: reservationKey).
 	epoch int64
+	// released is what the restart gave back of each run's holds, until
+	// the run is rebuilt or loaded and records it (releaseDeadHolds).
+	releasedMu sync.Mutex
+	released   map[string]releasedHolds
 
 	deferMu  sync.Mutex
 	deferred []deferredSettle

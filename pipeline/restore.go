@@ -221,8 +221,25 @@ func (p *Pipeline) revive(ctx context.Context, b *runBlob, events []runstate.Eve
 		_ = p.book.Ensure(ctx, []accounting.LedgerSpec{{Key: g.ledger, Limit: lim,
 			FinalReserve: finalReserve(lim, b.Limits.FinalReserve)}}, now)
 	}
+	// With the embedded store nothing of a stored run is in flight any
+	// more: only the process that wrote it could have had calls going.
+	// (Replicas sharing a store see one another's runs: theirs may be.)
+	rel, released := p.releasedOf(b.Run.ID)
+	changed := !p.shared() && settleRestored(r, rel, released, now)
 	r.Ext = g
 	existing, created := p.runs.Adopt(r)
+	if created && changed {
+		if released {
+			p.forgetReleased(r.ID)
+		}
+		// With the store's next commit: the holds left the store already,
+		// and a restart before this is written only loses the event.
+		r.Mu.Lock()
+		if ops := p.persistOps(r); ops != nil {
+			p.opts.Store.Later(ops)
+		}
+		r.Mu.Unlock()
+	}
 	return existing, created, nil
 }
 

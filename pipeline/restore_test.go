@@ -607,8 +607,11 @@ func BenchmarkRecordsFromStore(b *testing.B) {
 // (it rides on the next commit, store.Store.Later), and a run's first call
 // goes to the provider before the new run is written (its Finish writes
 // it, or SaveUnsaved past a millisecond); both survive a crash once a
-// millisecond has passed: the restarted gateway has the new run and keeps
-// both calls' holds until their leases end.
+// millisecond has passed: the restarted gateway has the new run. The
+// holds died with the process whose calls they were: the restart gives
+// them back at once (no lease is left to run out), each run records it,
+// the run left deciding is ready again, and the next call is the step
+// after the completed ones, with the budget the completed ones leave.
 func TestInFlightCallsSurviveACrash(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -616,7 +619,7 @@ func TestInFlightCallsSurviveACrash(t *testing.T) {
 	now := func() time.Time { return clock }
 	p, st := boltPipeline(t, dir, now)
 	call := func(run string, k int) *pipeline.Call {
-		return &pipeline.Call{Body: agentStep(run, k), RunID: run, RunBudget: "max_cost_usd=1"}
+		return &pipeline.Call{Body: agentStep(run, k), RunID: run, RunBudget: "max_steps=10,max_tokens=100000"}
 	}
 	const older, fresh = "r-second-call", "r-first-call"
 	if turn := step(p, call(older, 0), string(agentAnswer(older, 0, 4))); turn.Answer != nil {
@@ -645,15 +648,92 @@ func TestInFlightCallsSurviveACrash(t *testing.T) {
 	if err := os.CopyFS(crashed, os.DirFS(dir)); err != nil {
 		t.Fatal(err)
 	}
-	p2, _ := boltPipeline(t, crashed, now)
+	p2, st2 := boltPipeline(t, crashed, now)
 	if _, err := p2.Restore(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if p2.Runs().Get(fresh) == nil {
 		t.Fatal("the run whose first call was in flight did not come back")
 	}
-	clock = clock.Add(24 * time.Hour)
-	if n := p2.SweepLeases(); n != 2 {
-		t.Fatalf("after the crash, %d holds were left to expire, want the two calls'", n)
+	holds := 0
+	st2.Scan(store.Reservations, func(_, _ []byte) error { holds++; return nil })
+	if n := p2.SweepLeases(); n != 0 || holds != 0 {
+		t.Fatalf("after the restart, %d holds of the dead process were still held (%d in the store)", n, holds)
 	}
+	// The older run was last written as its first step asked for a tool
+	// (the call after it is not written until it ends); the new one was
+	// written while its first call was in flight, deciding.
+	after := map[string]struct {
+		steps int64
+		state runstate.State
+	}{older: {1, runstate.ExecutingTools}, fresh: {0, runstate.Ready}}
+	for run, want := range after {
+		rec, ok, err := p2.Record(run)
+		if err != nil || !ok || rec.AgentSteps != want.steps || rec.Status != want.state {
+			t.Fatalf("%s after the restart: %+v (%v, %v), want %d steps, %s", run, rec, ok, err, want.steps, want.state)
+		}
+		events, _, err := p2.Events(run)
+		if err != nil {
+			t.Fatal(err)
+		}
+		released := slices.IndexFunc(events, func(e runstate.Event) bool {
+			return e.Type == pipeline.EventReleasedAfterRestart && strings.Contains(e.Detail, "1 call(s) in flight") &&
+				strings.Contains(e.Detail, "steps=1;")
+		})
+		if released < 0 {
+			t.Fatalf("%s recorded no release of its call's hold: %+v", run, events)
+		}
+	}
+	// The next call is the step after the completed ones, and what is left
+	// of the budget is what the completed calls leave.
+	for run, k := range map[string]int{older: 1, fresh: 0} {
+		turn := step(p2, call(run, k), string(agentAnswer(run, k, 4)))
+		if turn.Answer != nil {
+			t.Fatalf("refused: %s", turn.Answer.Body)
+		}
+		hdr := map[string]string{}
+		p2.Headers(turn, func(k, v string) { hdr[k] = v })
+		done := int64(k + 1)
+		// The default policy's deadline follows (the clock stands still).
+		want := fmt.Sprintf("steps=%d;tokens=%d;time_ms=1800000", 10-done, 100000-918*done)
+		if hdr[pipeline.HeaderRunStep] != fmt.Sprint(done) || hdr[pipeline.HeaderBudgetRemaining] != want {
+			t.Fatalf("%s: next call after the restart: step %s, remaining %q; want step %d, %q",
+				run, hdr[pipeline.HeaderRunStep], hdr[pipeline.HeaderBudgetRemaining], done, want)
+		}
+	}
+}
+
+// A hold this process made is live in its book: a restore on its own
+// store leaves it held and in the store, and its run records nothing.
+func TestRestoreKeepsTheHoldsOfItsOwnCalls(t *testing.T) {
+	t.Parallel()
+	p, st := boltPipeline(t, t.TempDir(), time.Now)
+	ctx := context.Background()
+	turn := p.Begin(ctx, &pipeline.Call{Body: taskBody, RunID: "r-live"}, openai.Chat{})
+	if turn.Answer != nil {
+		t.Fatalf("refused: %s", turn.Answer.Body)
+	}
+	holds := func() int {
+		n := 0
+		st.Scan(store.Reservations, func(_, _ []byte) error { n++; return nil })
+		return n
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for holds() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("after 5 s the call's hold is not in the store")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if _, err := p.Restore(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := holds(); n != 1 {
+		t.Fatalf("the restore left %d holds in the store, want the call's", n)
+	}
+	events, _, _ := p.Events("r-live")
+	if slices.ContainsFunc(events, func(e runstate.Event) bool { return e.Type == pipeline.EventReleasedAfterRestart }) {
+		t.Fatalf("a live call's hold was recorded as released: %+v", events)
+	}
+	p.Finish(ctx, turn, pipeline.Outcome{Status: 200, Body: []byte(toolResponse)})
 }
