@@ -108,7 +108,12 @@ func (r SegmentReport) String() string {
 		return fmt.Sprintf("%s: torn tail at offset %d (%d bytes after %d whole records), which opening the store drops",
 			r.Name, r.Whole, r.Size-r.Whole, r.Records)
 	}
-	s := fmt.Sprintf("%s: damaged at offset %d, after %d whole records; %d bytes from there on", r.Name, r.Whole, r.Records, r.Size-r.Whole)
+	return fmt.Sprintf("%s: damaged at offset %d, %s", r.Name, r.Whole, r.damage())
+}
+
+// damage describes a damaged segment from its first bad record on.
+func (r SegmentReport) damage() string {
+	s := fmt.Sprintf("after %d whole records; %d bytes from there on", r.Records, r.Size-r.Whole)
 	switch {
 	case r.Unsure:
 		s += ", not searched to the end for whole records"
@@ -183,7 +188,7 @@ func logDamage(dir string, segs []SegmentReport) error {
 		if !r.Damaged() {
 			continue
 		}
-		d := r.String()
+		d := "a log record that does not hold, " + r.damage()
 		if n := len(segs) - i - 1; n > 0 {
 			d += fmt.Sprintf("; %d newer segments after it", n)
 		}
