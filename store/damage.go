@@ -251,44 +251,50 @@ func readMeta(buf []byte, page int) (MetaReport, uint32) {
 // none). bbolt itself, finding one damaged, silently takes the other: the
 // transaction before, so a damaged newer page drops the last checkpoint.
 func checkMeta(path string) ([2]MetaReport, error) {
+	whole := [2]MetaReport{{0, true, 0}, {1, true, 0}}
 	var out [2]MetaReport
 	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return whole, nil
+	}
 	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return [2]MetaReport{{0, true, 0}, {1, true, 0}}, nil
-		}
 		return out, err
 	}
 	defer f.Close()
+	if st, err := f.Stat(); err != nil || st.Size() == 0 {
+		return whole, err // empty: bbolt writes its first pages
+	}
 	buf := make([]byte, pageHeader+metaChecksum+8)
-	if _, err := f.ReadAt(buf, 0); err != nil {
-		return out, fmt.Errorf("%s: %w", path, err)
+	// read reads the meta page at off; a file too short to hold it has
+	// none there.
+	read := func(off int64, page int) (MetaReport, uint32, error) {
+		clear(buf)
+		if _, err := f.ReadAt(buf, off); err != nil {
+			if errors.Is(err, io.EOF) {
+				return MetaReport{Page: page}, 0, nil
+			}
+			return MetaReport{}, 0, fmt.Errorf("%s: %w", path, err)
+		}
+		m, ps := readMeta(buf, page)
+		return m, ps, nil
 	}
 	var pageSize uint32
-	out[0], pageSize = readMeta(buf, 0)
+	if out[0], pageSize, err = read(0, 0); err != nil {
+		return out, err
+	}
 	if !out[0].Valid {
 		// The page size is in the damaged page: look for the second meta
 		// page where bbolt would (1 KiB to 16 MiB).
-		pageSize = 0
+		pageSize = 1024
 		for ps := uint32(1024); ps <= 16<<20; ps *= 2 {
-			if _, err := f.ReadAt(buf, int64(ps)); err != nil {
-				break
-			}
-			if m, _ := readMeta(buf, 1); m.Valid {
+			if m, _, err := read(int64(ps), 1); err != nil || m.Valid {
 				pageSize = ps
 				break
 			}
 		}
-		if pageSize == 0 {
-			out[1] = MetaReport{Page: 1}
-			return out, nil
-		}
 	}
-	if _, err := f.ReadAt(buf, int64(pageSize)); err != nil && !errors.Is(err, io.EOF) {
-		return out, fmt.Errorf("%s: %w", path, err)
-	}
-	out[1], _ = readMeta(buf, 1)
-	return out, nil
+	out[1], _, err = read(int64(pageSize), 1)
+	return out, err
 }
 
 // metaDamage is the error of a damaged meta page, or nil.
@@ -407,12 +413,7 @@ func Check(dir string) (*Report, error) {
 	// its freelist in the goroutine of tx.Check, out of guard's reach.
 	db, err := openDB(dir, &bolt.Options{Timeout: time.Second})
 	if err != nil {
-		var de *DamageError
-		if !errors.As(err, &de) {
-			return nil, err
-		}
-		r.DBErrors = append(r.DBErrors, de.Detail)
-		return r, nil
+		return r.damage(err)
 	}
 	defer db.Close()
 	err = guard(dir, func() error {
@@ -432,12 +433,19 @@ func Check(dir string) (*Report, error) {
 		})
 	})
 	if err != nil {
-		var de *DamageError
-		if !errors.As(err, &de) {
-			return nil, err
-		}
-		r.DBErrors = append(r.DBErrors, de.Detail)
+		return r.damage(err)
 	}
+	return r, nil
+}
+
+// damage notes a DamageError of the bbolt file in the report; any other
+// error is Check's.
+func (r *Report) damage(err error) (*Report, error) {
+	var de *DamageError
+	if !errors.As(err, &de) {
+		return nil, err
+	}
+	r.DBErrors = append(r.DBErrors, de.Detail)
 	return r, nil
 }
 

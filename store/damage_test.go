@@ -305,3 +305,26 @@ func TestNextWholeRecord(t *testing.T) {
 		t.Fatalf("found %d (%v) in a cut record", off, sure)
 	}
 }
+
+// An empty bbolt file (created, then a crash before bbolt wrote its first
+// pages) is not damage: bbolt writes them; one too short for its meta
+// pages is.
+func TestEmptyAndShortBoltFiles(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, dbFile), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := OpenBolt(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	dir = t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, dbFile), []byte("not a bbolt file"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OpenBolt(dir); !errors.Is(err, ErrDamaged) || !strings.Contains(err.Error(), "both meta pages") {
+		t.Fatalf("open of a short file: %v", err)
+	}
+}
