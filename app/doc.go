@@ -1,6 +1,6 @@
 // Package app wires the gateway from its configuration (Start), and holds
-// the command line (Main): serve, demo, runs, policy test. cmd/gateway only
-// calls Main.
+// the command line (Main): serve, demo, runs, replay, policy test, store
+// check|repair. cmd/gateway only calls Main.
 //
 // It must not hold request logic: everything it builds is a package of its
 // own. (A build with the haltline_decompose tag can wrap the embedded store

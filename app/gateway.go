@@ -86,7 +86,7 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Opt
 	if cfg.PolicyDir != "" {
 		go pol.Watch(bg, 2*time.Second)
 	}
-	st, book, runLock, err := openStore(cfg.Store)
+	st, book, runLock, err := openStore(cfg.Store, log)
 	if err != nil {
 		cancel()
 		return nil, err
@@ -238,7 +238,8 @@ func registryData(cfg config.Config) map[string]any {
 // openStore opens the embedded store (a bbolt file, ledgers in memory), or
 // with a Redis URL the shared one: ledgers, runs and the lineage index in
 // Redis, and a lock per run so several replicas move a run one at a time.
-func openStore(c config.Store) (store.Store, accounting.Book, pipeline.RunLock, error) {
+// log takes the embedded store's warning of a torn log tail it cut off.
+func openStore(c config.Store, log *slog.Logger) (store.Store, accounting.Book, pipeline.RunLock, error) {
 	if c.RedisURL != "" {
 		book, st, err := redisstore.Open(c.RedisURL, c.RedisPrefix)
 		if err != nil {
@@ -250,7 +251,7 @@ func openStore(c config.Store) (store.Store, accounting.Book, pipeline.RunLock, 
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	st, err := store.OpenBoltWith(c.DataDir, store.BoltOptions{Sync: sync, SyncEvery: c.SyncInterval})
+	st, err := store.OpenBoltWith(c.DataDir, store.BoltOptions{Sync: sync, SyncEvery: c.SyncInterval, Logger: log})
 	if err != nil {
 		return nil, nil, nil, err
 	}

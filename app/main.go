@@ -30,6 +30,8 @@ Usage:
   gateway replay --policy-dir DIR [--prices FILE] [--json] RECORDINGS…
                                  where recorded runs would end under DIR's policy (no network)
   gateway policy test [DIR]      run the Rego unit tests (embedded defaults, and DIR's)
+  gateway store check|repair [--data-dir DIR]
+                                 describe the embedded store's damage; keep what is whole (gateway store -h)
 `
 
 // Main runs the command line; cmd/gateway calls it with os.Args[1:].
@@ -47,6 +49,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 		return runsCommand(ctx, args[1:], stdout, getenv)
 	case "replay":
 		return replayCommand(ctx, args[1:], stdout, stderr)
+	case "store":
+		return storeCommand(args[1:], stdout, stderr)
 	case "policy":
 		if len(args) < 2 || args[1] != "test" {
 			return errors.New("usage: gateway policy test [DIR]")

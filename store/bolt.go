@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -66,6 +67,9 @@ type BoltOptions struct {
 	// holds a core without yielding, at the cost of a commit (two fsyncs,
 	// off the call path) per batch.
 	CheckpointTxOps int
+	// Logger takes the warning of a torn log tail cut off at open
+	// (default slog.Default()).
+	Logger *slog.Logger
 }
 
 func (o *BoltOptions) defaults() {
@@ -83,6 +87,9 @@ func (o *BoltOptions) defaults() {
 	}
 	if o.CheckpointTxOps <= 0 {
 		o.CheckpointTxOps = 2048
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
 	}
 }
 
@@ -137,13 +144,38 @@ type Bolt struct {
 func OpenBolt(dir string) (*Bolt, error) { return OpenBoltWith(dir, BoltOptions{}) }
 
 // OpenBoltWith opens (or creates) dir/haltline.db, replays the log left by
-// the last process into it and starts a new log.
+// the last process into it and starts a new log. Damage to the log other
+// than a torn tail, or to the bbolt file, is a *DamageError (doc.go).
 func OpenBoltWith(dir string, opts BoltOptions) (*Bolt, error) {
 	opts.defaults()
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	db, err := bolt.Open(filepath.Join(dir, "haltline.db"), 0o600, &bolt.Options{
+	// The whole log is read before any of it is applied: damage in its
+	// middle stops the start with the bbolt file as it was.
+	segs, err := checkLog(dir)
+	if err != nil {
+		return nil, fmt.Errorf("store log: %w", err)
+	}
+	if err := logDamage(dir, segs); err != nil {
+		return nil, err
+	}
+	metas, err := checkMeta(filepath.Join(dir, dbFile))
+	if err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	if err := metaDamage(dir, metas); err != nil {
+		return nil, err
+	}
+	cut, err := cutTornTail(dir, segs)
+	if err != nil {
+		return nil, fmt.Errorf("store log: %w", err)
+	}
+	if cut != nil {
+		opts.Logger.Warn("store log: a torn tail cut off (a write a crash interrupted; the commit it held is lost as a whole)",
+			"dir", dir, "segment", cut.Name, "offset", cut.Whole, "bytes", cut.Size-cut.Whole, "records_kept", cut.Records)
+	}
+	db, err := openDB(dir, &bolt.Options{
 		Timeout: 2 * time.Second,
 		// The freelist is written at every commit (a few pages: bbolt
 		// reuses freed pages) rather than rebuilt at open by reading every
@@ -160,11 +192,16 @@ func OpenBoltWith(dir string, opts BoltOptions) (*Bolt, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	if err = createBuckets(db); err != nil {
+	if err = guard(dir, func() error { return createBuckets(db) }); err != nil {
 		db.Close()
 		return nil, err
 	}
-	next, replayed, err := replayLog(db, dir)
+	var next uint64
+	var replayed int
+	err = guard(dir, func() (err error) {
+		next, replayed, err = replayLog(db, dir)
+		return err
+	})
 	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("replay store log: %w", err)
@@ -227,12 +264,17 @@ func replayLog(db *bolt.DB, dir string) (next uint64, replayed int, err error) {
 		// Each key's last write, then into bbolt in key order as a
 		// checkpoint does: a segment rewrites a run's keys at every call.
 		o := newOverlay()
-		_, err = readRecords(data, func(payload []byte) error {
+		var n int
+		n, err = readRecords(data, func(payload []byte) error {
 			return decodeOps(payload, func(op Op) error {
 				o.put(op)
 				return nil
 			})
 		})
+		if err == nil && n < len(data) {
+			// checkLog found it whole, or cut it so.
+			err = fmt.Errorf("%s changed while the store opened", filepath.Base(segmentPath(dir, seq)))
+		}
 		if err == nil {
 			err = putOverlays(db, []*overlay{o}, 0, &keys, nil)
 		}
@@ -414,8 +456,18 @@ func (s *Bolt) checkpoint() error {
 		s.sealed = append(s.sealed, s.seg)
 		s.active = s.active.next()
 		s.ovMu.Unlock()
+		sealed, dirty := s.seg, s.dirty
 		s.seg, s.dirty = next, false
 		s.walMu.Unlock()
+		// The sealed segment's last writes reach the disk before the new
+		// one is fsynced (by syncLog, on this goroutine, so not before
+		// this): a power loss then tears only the newest segment's tail,
+		// the one place a torn record is not taken for damage.
+		if dirty {
+			if err := sealed.f.Sync(); err != nil {
+				return fmt.Errorf("store log: %w", err)
+			}
+		}
 	}
 
 	s.ovMu.RLock()
@@ -467,7 +519,9 @@ func yieldToCalls() { time.Sleep(time.Microsecond) }
 // leaves it to be replayed over the partial state, which ends in the same
 // one (each key's last write wins, as in one transaction).
 func (s *Bolt) commitOverlays(frozen []*overlay) error {
-	return putOverlays(s.db, frozen, s.opts.CheckpointTxOps, &s.ckKeys, yieldToCalls)
+	return guard(s.dir, func() error {
+		return putOverlays(s.db, frozen, s.opts.CheckpointTxOps, &s.ckKeys, yieldToCalls)
+	})
 }
 
 // putOverlays writes the overlays into db, oldest first, in transactions of
@@ -565,7 +619,7 @@ func (s *Bolt) Get(b Bucket, key []byte) ([]byte, error) {
 		return bytes.Clone(v), nil
 	}
 	var out []byte
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		bk := tx.Bucket([]byte(b))
 		if bk == nil {
 			return fmt.Errorf("store: no bucket %q", b)
@@ -596,7 +650,7 @@ func (s *Bolt) GetMany(b Bucket, keys [][]byte, fn func(i int, value []byte) err
 		}
 		s.ovMu.RUnlock()
 		if inFile > 0 {
-			err := s.db.View(func(tx *bolt.Tx) error {
+			err := s.view(func(tx *bolt.Tx) error {
 				bk := tx.Bucket([]byte(b))
 				if bk == nil {
 					return fmt.Errorf("store: no bucket %q", b)
@@ -632,23 +686,38 @@ func (s *Bolt) ScanPrefix(b Bucket, prefix []byte, fn func(key, value []byte) er
 	s.ovMu.RLock()
 	over := layered(s.layers(), b, prefix)
 	s.ovMu.RUnlock()
-	return s.db.View(func(tx *bolt.Tx) error {
-		bk := tx.Bucket([]byte(b))
-		if bk == nil {
-			return fmt.Errorf("store: no bucket %q", b)
-		}
-		c := bk.Cursor()
-		k, v := c.Seek(prefix)
-		next := func() ([]byte, []byte) {
-			if k == nil || !bytes.HasPrefix(k, prefix) {
-				return nil, nil
+	// fn is the caller's: a panic of its own is not damage.
+	calling := false
+	return guardCalling(s.dir, &calling, func() error {
+		return s.db.View(func(tx *bolt.Tx) error {
+			bk := tx.Bucket([]byte(b))
+			if bk == nil {
+				return fmt.Errorf("store: no bucket %q", b)
 			}
-			rk, rv := k, v
-			k, v = c.Next()
-			return rk, rv
-		}
-		return mergeScan(over, next, fn)
+			c := bk.Cursor()
+			k, v := c.Seek(prefix)
+			next := func() ([]byte, []byte) {
+				if k == nil || !bytes.HasPrefix(k, prefix) {
+					return nil, nil
+				}
+				rk, rv := k, v
+				k, v = c.Next()
+				return rk, rv
+			}
+			return mergeScan(over, next, func(k, v []byte) error {
+				calling = true
+				err := fn(k, v)
+				calling = false
+				return err
+			})
+		})
 	})
+}
+
+// view is a read transaction of the bbolt file in which a page bbolt
+// cannot read is an error (guard), not the end of the process.
+func (s *Bolt) view(fn func(tx *bolt.Tx) error) error {
+	return guard(s.dir, func() error { return s.db.View(fn) })
 }
 
 // Recovered reports whether opening the store replayed a log that the

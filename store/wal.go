@@ -25,9 +25,11 @@ import (
 // A payload:  ops, each  u8 bucket index | uvarint key length | key |
 //                        uvarint (value length + 1, 0 for a delete) | value
 //
-// A record whose length or checksum does not hold (a write torn by a power
-// loss) ends the segment: nothing after it is replayed, and the group it
-// held is lost as a whole, never half applied.
+// A record whose length, ops or checksum do not hold is never applied,
+// nor anything after it. At the end of the newest segment it is a write a
+// crash tore (a torn tail), which opening the store cuts off with a
+// warning; anywhere else it is damage, and the store does not open over
+// it (checkLog, and doc.go for the rule).
 
 const (
 	walHeader = 8
@@ -112,31 +114,50 @@ func decodeOps(payload []byte, fn func(Op) error) error {
 }
 
 // readRecords calls fn with the payload of every whole record of a
-// segment's bytes, in order, and stops quietly at the first torn one. It
-// reports the bytes of whole records. Payloads alias data, which must
-// outlive their use (bbolt keeps the slices it is given until its
-// transaction ends).
+// segment's bytes, in order, and stops at the first one that is not whole
+// (what that means for the store: checkLog). It reports the bytes of whole
+// records. Payloads alias data, which must outlive their use (bbolt keeps
+// the slices it is given until its transaction ends).
 func readRecords(data []byte, fn func(payload []byte) error) (int, error) {
 	good := 0
-	for rest := data; len(rest) >= walHeader; {
-		n := binary.LittleEndian.Uint32(rest[:4])
-		if uint64(n) > uint64(len(rest)-walHeader) {
-			break
-		}
-		payload := rest[walHeader : walHeader+int(n)]
-		if crc32.Checksum(payload, castagnoli) != binary.LittleEndian.Uint32(rest[4:8]) {
-			break
-		}
-		if decodeOps(payload, func(Op) error { return nil }) != nil {
-			break
+	for {
+		payload, ok := recordAt(data[good:], nil)
+		if !ok {
+			return good, nil
 		}
 		if err := fn(payload); err != nil {
 			return good, err
 		}
-		good += walHeader + int(n)
-		rest = rest[walHeader+int(n):]
+		good += walHeader + len(payload)
 	}
-	return good, nil
+}
+
+// recordAt returns the payload of the record rest begins with, if it is
+// whole: its length fits, its ops decode and its checksum holds. A record
+// is never empty (a commit writes at least one op), so zeros (a file
+// extended by a crash whose data never reached the disk) are not records.
+// hashed, when not nil, counts the bytes checksummed (see nextWholeRecord).
+func recordAt(rest []byte, hashed *int64) ([]byte, bool) {
+	if len(rest) < walHeader {
+		return nil, false
+	}
+	n := binary.LittleEndian.Uint32(rest[:4])
+	if n == 0 || uint64(n) > uint64(len(rest)-walHeader) {
+		return nil, false
+	}
+	payload := rest[walHeader : walHeader+int(n)]
+	// The ops first: they are walked by their lengths, which is cheaper
+	// than the checksum for bytes that are not a record.
+	if decodeOps(payload, func(Op) error { return nil }) != nil {
+		return nil, false
+	}
+	if hashed != nil {
+		*hashed += int64(n)
+	}
+	if crc32.Checksum(payload, castagnoli) != binary.LittleEndian.Uint32(rest[4:8]) {
+		return nil, false
+	}
+	return payload, true
 }
 
 // segment is one log file.
