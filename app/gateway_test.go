@@ -1,11 +1,9 @@
 package app
 
 import (
-	"context"
 	"net/http"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/haltline/haltline/config"
 )
@@ -25,15 +23,7 @@ func TestAdminAllowListsWired(t *testing.T) {
 	cfg.Store.DataDir = t.TempDir()
 	cfg.Admin.AllowedHosts = []string{"console.example"}
 	cfg.Admin.AllowedOrigins = []string{"https://ui.example"}
-	g, err := Start(context.Background(), cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = g.Close(ctx)
-	})
+	g := startGateway(t, cfg)
 	for _, tc := range []struct {
 		host, origin string
 		status       int
