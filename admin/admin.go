@@ -29,6 +29,17 @@ type Options struct {
 	Logger *slog.Logger
 	// Ready reports readiness (store reachable, policy loaded); nil = ready.
 	Ready func() error
+	// Listen is the address the control plane listens on (host:port, as
+	// bound): its own origin, and under loopback or every address, each
+	// loopback name's at the same port.
+	Listen string
+	// AllowedHosts are further names a browser may reach the control plane
+	// under ("name" at any port, or "name:port"); IP literals and localhost
+	// need none.
+	AllowedHosts []string
+	// AllowedOrigins are further origins (scheme://host[:port]) whose pages
+	// may call the control plane.
+	AllowedOrigins []string
 }
 
 // Handler returns the control plane's HTTP handler.
@@ -36,33 +47,40 @@ func Handler(o Options) http.Handler {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	a := &api{o: o, p: o.Pipeline}
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, map[string]string{"status": "ok"}) })
-	mux.HandleFunc("GET /readyz", a.readyz)
+	a := &api{o: o, p: o.Pipeline, routes: newRoutes()}
+	a.handle("GET", "/healthz", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, map[string]string{"status": "ok"}) })
+	a.handle("GET", "/readyz", a.readyz)
 	if o.Gatherer != nil {
-		mux.Handle("GET /metrics", promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{}))
+		a.handle("GET", "/metrics", promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{}).ServeHTTP)
 	}
-	mux.Handle("GET /api/v1/runs", a.auth(a.list))
-	mux.Handle("GET /api/v1/runs/{id}", a.auth(a.show))
-	mux.Handle("GET /api/v1/runs/{id}/events", a.auth(a.events))
-	mux.Handle("POST /api/v1/runs/{id}/cancel", a.auth(a.cancel))
-	mux.Handle("POST /api/v1/runs/{id}/resume", a.auth(a.resume))
-	a.toolRoutes(mux)      // approvals and blobs (approvals.go)
-	a.recordingRoutes(mux) // recording export and replay (recordings.go)
-	mux.Handle("GET /ui/", uiHandler())
-	mux.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
-	// Profiles for the SRE (behind the token like the API).
-	mux.HandleFunc("/debug/pprof/", a.auth(pprof.Index))
-	mux.HandleFunc("/debug/pprof/profile", a.auth(pprof.Profile))
-	mux.HandleFunc("/debug/pprof/trace", a.auth(pprof.Trace))
-	mux.HandleFunc("/api/", a.auth(func(w http.ResponseWriter, r *http.Request) {
+	a.handle("GET", "/api/v1/runs", a.auth(a.list))
+	a.handle("GET", "/api/v1/runs/{id}", a.auth(a.show))
+	a.handle("GET", "/api/v1/runs/{id}/events", a.auth(a.events))
+	a.handle("POST", "/api/v1/runs/{id}/cancel", a.auth(a.cancel))
+	a.handle("POST", "/api/v1/runs/{id}/resume", a.auth(a.resume))
+	a.toolRoutes()      // approvals and blobs (approvals.go)
+	a.recordingRoutes() // recording export and replay (recordings.go)
+	a.handle("GET", "/ui/", uiHandler().ServeHTTP)
+	a.handle("GET", "/ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently).ServeHTTP)
+	a.methodNotAllowed(func(path string, h http.HandlerFunc) http.HandlerFunc {
+		if strings.HasPrefix(path, "/api/") {
+			return a.auth(h)
+		}
+		return h
+	})
+	// Profiles for the SRE (behind the token like the API). Every method:
+	// go tool pprof may POST to /debug/pprof/symbol; all of it only reads.
+	a.mux.HandleFunc("/debug/pprof/", a.auth(pprof.Index))
+	a.mux.HandleFunc("/debug/pprof/profile", a.auth(pprof.Profile))
+	a.mux.HandleFunc("/debug/pprof/trace", a.auth(pprof.Trace))
+	a.mux.HandleFunc("/api/", a.auth(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, 404, "no such route")
 	}))
-	return mux
+	return newGuard(o).wrap(a.mux)
 }
 
 type api struct {
+	*routes
 	o Options
 	p *pipeline.Pipeline
 }

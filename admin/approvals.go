@@ -12,11 +12,11 @@ import (
 
 // toolRoutes registers the tool governance routes (DESIGN §7): approval
 // tickets and the full text of cut tool results.
-func (a *api) toolRoutes(mux *http.ServeMux) {
-	mux.Handle("GET /api/v1/approvals", a.auth(a.approvals))
-	mux.Handle("GET /api/v1/approvals/{ticket}", a.auth(a.approval))
-	mux.Handle("POST /api/v1/approvals/{ticket}", a.auth(a.decide))
-	mux.Handle("GET /api/v1/runs/{id}/blobs/{handle}", a.auth(a.blob))
+func (a *api) toolRoutes() {
+	a.handle("GET", "/api/v1/approvals", a.auth(a.approvals))
+	a.handle("GET", "/api/v1/approvals/{ticket}", a.auth(a.approval))
+	a.handle("POST", "/api/v1/approvals/{ticket}", a.auth(a.decide))
+	a.handle("GET", "/api/v1/runs/{id}/blobs/{handle}", a.auth(a.blob))
 }
 
 func (a *api) approvals(w http.ResponseWriter, r *http.Request) {

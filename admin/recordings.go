@@ -12,9 +12,9 @@ import (
 )
 
 // recordingRoutes registers run recording export and replay (issue 11).
-func (a *api) recordingRoutes(mux *http.ServeMux) {
-	mux.Handle("GET /api/v1/recordings", a.auth(a.recordings))
-	mux.Handle("POST /api/v1/replay", a.auth(a.replay))
+func (a *api) recordingRoutes() {
+	a.handle("GET", "/api/v1/recordings", a.auth(a.recordings))
+	a.handle("POST", "/api/v1/replay", a.auth(a.replay))
 }
 
 // parseSince reads since as RFC 3339 or as a duration back from now ("24h").

@@ -40,6 +40,9 @@ func TestRecordingRoutes(t *testing.T) {
 			if tc.token {
 				req.Header.Set("Authorization", "Bearer tok")
 			}
+			if tc.method == "POST" {
+				req.Header.Set("Content-Type", "application/json")
+			}
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
 				t.Fatal(err)

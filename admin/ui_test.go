@@ -24,6 +24,20 @@ const uiToken = "ui-test-admin-token"
 // wrap-up), and leaves one run waiting for its tool results.
 func uiGateway(t *testing.T) *app.Gateway {
 	t.Helper()
+	g := startGateway(t, uiToken)
+	for _, a := range demo.Agents {
+		// The record printing at the end needs the token it lacks; the
+		// agents have run by then.
+		_ = demo.Run(t.Context(), io.Discard, "http://"+g.DataAddr, "http://"+g.AdminAddr, []demo.Agent{a})
+	}
+	waitingRun(t, g, "r-ui-active")
+	return g
+}
+
+// startGateway starts the gateway on 127.0.0.1 with the demo's scripted
+// model and the admin token given (none when empty).
+func startGateway(t *testing.T, token string) *app.Gateway {
+	t.Helper()
 	model := httptest.NewServer(&demo.Model{})
 	t.Cleanup(model.Close)
 	cfg := config.Default()
@@ -31,7 +45,7 @@ func uiGateway(t *testing.T) *app.Gateway {
 	cfg.Providers.OpenAI.BaseURL, cfg.Providers.Anthropic.BaseURL = model.URL, model.URL
 	cfg.Providers.OpenAI.APIKeyEnv, cfg.Providers.Anthropic.APIKeyEnv = "", ""
 	cfg.Store.DataDir = t.TempDir()
-	cfg.Admin.Token = uiToken
+	cfg.Admin.Token = token
 	g, err := app.Start(context.Background(), cfg, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -41,22 +55,23 @@ func uiGateway(t *testing.T) *app.Gateway {
 		defer cancel()
 		_ = g.Close(ctx)
 	})
-	for _, a := range demo.Agents {
-		// The record printing at the end needs the token it lacks; the
-		// agents have run by then.
-		_ = demo.Run(t.Context(), io.Discard, "http://"+g.DataAddr, "http://"+g.AdminAddr, []demo.Agent{a})
-	}
+	return g
+}
+
+// waitingRun leaves run id waiting for the results of the tool call the
+// scripted model asks for.
+func waitingRun(t *testing.T, g *app.Gateway, id string) {
+	t.Helper()
 	req, _ := http.NewRequest("POST", "http://"+g.DataAddr+"/v1/chat/completions", strings.NewReader(
 		`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Check order 1234."}],`+
 			`"tools":[{"type":"function","function":{"name":"lookup_order","parameters":{"type":"object"}}}]}`))
 	req.Header.Set("Authorization", "Bearer sk-agent")
-	req.Header.Set("X-Run-Id", "r-ui-active")
+	req.Header.Set("X-Run-Id", id)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	return g
 }
 
 func apiGet(t *testing.T, url string, v any) {

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -149,7 +151,8 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Opt
 	p.ToolRegistry().SetBlobBaseURL("http://" + g.AdminAddr) // the link in a cut tool result
 	g.admin = &http.Server{
 		Handler: admin.Handler(admin.Options{Pipeline: p, Gatherer: reg, Token: cfg.Admin.Token, Logger: log,
-			Ready: st.Healthy}),
+			Ready: st.Healthy, Listen: g.AdminAddr, AllowedHosts: adminHosts(cfg.Admin),
+			AllowedOrigins: cfg.Admin.AllowedOrigins}),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      60 * time.Second,
@@ -271,3 +274,16 @@ func recovered(st store.Store) bool {
 // every run in memory twice (about 150 ns a run, BenchmarkEndedScan100k:
 // 30 ms for 100,000 runs), so a shorter period costs CPU at every load.
 const sweepEvery = 5 * time.Second
+
+// adminHosts are the Host names the control plane answers to besides IP
+// literals and localhost: the configured ones and the listen address's name
+// when it was given as one (the bound address is an IP).
+func adminHosts(c config.Admin) []string {
+	hosts := slices.Clone(c.AllowedHosts)
+	if h, _, err := net.SplitHostPort(c.Listen); err == nil && h != "" {
+		if _, err := netip.ParseAddr(h); err != nil {
+			hosts = append(hosts, h)
+		}
+	}
+	return hosts
+}

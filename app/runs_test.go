@@ -30,15 +30,7 @@ func liveGateway(t *testing.T) (*Gateway, string) {
 	cfg.Providers.OpenAI.APIKeyEnv, cfg.Providers.Anthropic.APIKeyEnv = "", ""
 	cfg.Store.DataDir = t.TempDir()
 	cfg.Admin.Token = cliToken
-	g, err := Start(context.Background(), cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = g.Close(ctx)
-	})
+	g := startGateway(t, cfg)
 	admin := "http://" + g.AdminAddr
 	// demo.Run prints the records, which needs the token: it has none, so
 	// drive the agents and ignore its record printing.
@@ -57,6 +49,21 @@ func liveGateway(t *testing.T) (*Gateway, string) {
 	}
 	resp.Body.Close()
 	return g, admin
+}
+
+// startGateway starts the gateway on cfg, closed with the test.
+func startGateway(t *testing.T, cfg config.Config) *Gateway {
+	t.Helper()
+	g, err := Start(context.Background(), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = g.Close(ctx)
+	})
+	return g
 }
 
 // gateway runs … through Main, as a user types it.

@@ -66,6 +66,17 @@ type Admin struct {
 	TokenEnv string `yaml:"token_env"`
 	// Token is resolved from TokenEnv at load; never read from the file.
 	Token string `yaml:"-"`
+	// AllowedHosts are the names, besides IP literals, localhost and the
+	// listen name, that the control plane answers to in the Host header
+	// ("haltline.example.com" at any port, or "haltline.example.com:9090").
+	// Any other name is refused with 403 (DNS rebinding), except on
+	// /healthz, /readyz and /metrics. Listening on 0.0.0.0 behind a Service
+	// or ingress name, list that name here to use the UI and API through it.
+	AllowedHosts []string `yaml:"allowed_hosts"`
+	// AllowedOrigins are the origins (scheme://host[:port]) besides the
+	// control plane's own whose pages may call it, e.g. a UI served behind
+	// a TLS proxy under another name. Any other Origin is refused with 403.
+	AllowedOrigins []string `yaml:"allowed_origins"`
 }
 
 // Providers are the model upstreams.
@@ -263,6 +274,17 @@ func (c *Config) Validate() error {
 	addr("listen", c.Listen, true)
 	addr("admin.listen", c.Admin.Listen, true)
 	addr("extproc_listen", c.ExtProcListen, false)
+	for _, h := range c.Admin.AllowedHosts {
+		if h == "" || strings.ContainsAny(h, "/ ") {
+			errs = append(errs, fmt.Errorf("admin.allowed_hosts: %q is not a host name or host:port", h))
+		}
+	}
+	for _, o := range c.Admin.AllowedOrigins {
+		if u, err := url.Parse(o); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
+			strings.TrimRight(u.Path, "/") != "" || u.RawQuery != "" {
+			errs = append(errs, fmt.Errorf("admin.allowed_origins: %q is not scheme://host[:port]", o))
+		}
+	}
 	urlOK("providers.openai.base_url", c.Providers.OpenAI.BaseURL)
 	urlOK("providers.anthropic.base_url", c.Providers.Anthropic.BaseURL)
 	for name, s := range c.MCPServers {

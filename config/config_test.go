@@ -54,7 +54,7 @@ func TestFileValues(t *testing.T) {
 	t.Parallel()
 	c := Default()
 	err := c.Parse([]byte(`
-admin: {listen: 127.0.0.1:9999, token_env: MY_TOKEN}
+admin: {listen: 127.0.0.1:9999, token_env: MY_TOKEN, allowed_hosts: [haltline.internal], allowed_origins: ["https://console.example"]}
 mcp_servers:
   fs:
     url: http://127.0.0.1:7001/mcp
@@ -75,6 +75,10 @@ store: {retention: 168h}
 	}
 	if c.Admin.Token != "s3cret" || c.Providers.OpenAI.APIKey != "sk-up" {
 		t.Fatal("env not resolved")
+	}
+	if len(c.Admin.AllowedHosts) != 1 || c.Admin.AllowedHosts[0] != "haltline.internal" ||
+		len(c.Admin.AllowedOrigins) != 1 || c.Admin.AllowedOrigins[0] != "https://console.example" {
+		t.Fatalf("admin %+v", c.Admin)
 	}
 	if c.MCPServers["fs"].Tools["delete_file"].Level != "L2" || c.VirtualKeys["sk-red-1"].Team != "red" {
 		t.Fatalf("parsed %+v", c)
@@ -100,11 +104,14 @@ func TestValidateReportsEverything(t *testing.T) {
 	c.Store.Sync = "sometimes"
 	c.Store.SyncInterval = -time.Second
 	c.Store.Retention = 10 * time.Minute
+	c.Admin.AllowedHosts = []string{"http://haltline.internal/"}
+	c.Admin.AllowedOrigins = []string{"console.example", "https://console.example/ui/"}
 	err := c.Validate()
 	if err == nil {
 		t.Fatal("want errors")
 	}
-	for _, want := range []string{"listen", "providers.openai.base_url", "tools.t", "virtual_keys.sk-sec", "store.sync:", "store.sync_interval", "store.retention"} {
+	for _, want := range []string{"listen", "providers.openai.base_url", "tools.t", "virtual_keys.sk-sec", "store.sync:", "store.sync_interval", "store.retention",
+		"admin.allowed_hosts", `admin.allowed_origins: "console.example"`, `admin.allowed_origins: "https://console.example/ui/"`} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("missing %q in %v", want, err)
 		}

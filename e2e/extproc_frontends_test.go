@@ -331,6 +331,7 @@ func feCases() []feCase {
 					time.Sleep(5 * time.Millisecond)
 				}
 				req, _ := http.NewRequest(http.MethodPost, adminURL(g.Gateway)+"/api/v1/runs/r-cancel-me/cancel", nil)
+				req.Header.Set("Content-Type", "application/json")
 				if resp, err := http.DefaultClient.Do(req); err == nil {
 					resp.Body.Close()
 				}
@@ -406,6 +407,7 @@ func feCases() []feCase {
 				t.Fatal(err)
 			}
 			creq, _ := http.NewRequest(http.MethodPost, adminURL(g.Gateway)+"/api/v1/runs/r-cut-me/cancel", nil)
+			creq.Header.Set("Content-Type", "application/json")
 			cresp, err := http.DefaultClient.Do(creq)
 			if err != nil {
 				t.Fatal(err)
