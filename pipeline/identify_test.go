@@ -3,6 +3,7 @@ package pipeline_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -93,4 +94,32 @@ func TestTextLineageIsPerConversation(t *testing.T) {
 			}
 		})
 	}
+}
+
+// What an agent reads of its run names it as the agent does, never by the
+// run's tenant-scoped id: the headers, and the gateway's own answer once
+// the run has ended.
+func TestAnswersNameTheRun(t *testing.T) {
+	t.Parallel()
+	p := newPipeline(t, time.Now, time.Minute)
+	ctx := context.Background()
+	call := func() *pipeline.Turn {
+		return p.Begin(ctx, &pipeline.Call{Body: taskBody, RunID: "r-7", Principal: pipeline.Principal{Tenant: "acme"}}, openai.Chat{})
+	}
+	turn := call()
+	p.Finish(ctx, turn, pipeline.Outcome{Status: 200, Body: []byte(toolResponse)})
+	if _, err := p.Cancel(pipeline.RunRef("r-7", "acme")); err != nil {
+		t.Fatal(err)
+	}
+	turn = call()
+	if turn.Answer == nil {
+		t.Fatal("a cancelled run's call was forwarded")
+	}
+	headers := map[string]string{}
+	p.Headers(turn, func(k, v string) { headers[k] = v })
+	body := string(turn.Answer.Body)
+	if headers[pipeline.HeaderRunID] != "r-7" || !strings.Contains(body, "run r-7,") || strings.ContainsRune(body, 0x1f) {
+		t.Fatalf("X-Run-Id %q, answer %s", headers[pipeline.HeaderRunID], body)
+	}
+	p.Finish(ctx, turn, pipeline.Outcome{Status: turn.Answer.Status})
 }

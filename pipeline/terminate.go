@@ -104,7 +104,7 @@ func (p *Pipeline) endedAnswer(t *Turn, g *governance) *Answer {
 		case runstate.ReasonDeadline:
 			kind = wire.ErrTimeout
 		}
-		a := errorAnswer(t.codec, kind, fmt.Sprintf("run %s ended: %s (%s)", r.ID, term.Reason, term.Detail), rec)
+		a := errorAnswer(t.codec, kind, fmt.Sprintf("run %s ended: %s (%s)", runstate.NameOf(r.ID), term.Reason, term.Detail), rec)
 		a.NoRetry = true
 		return a
 	}
@@ -147,7 +147,7 @@ func finalText(r *runstate.Run, term *runstate.Termination) string {
 	if r.LastAction != nil {
 		fmt.Fprintf(&b, "Last action: %s.\n", r.LastAction.Tool)
 	}
-	fmt.Fprintf(&b, "Unfinished: the task was not completed within this run's limits (run %s, reason %s).", r.ID, term.Reason)
+	fmt.Fprintf(&b, "Unfinished: the task was not completed within this run's limits (run %s, reason %s).", runstate.NameOf(r.ID), term.Reason)
 	return b.String()
 }
 

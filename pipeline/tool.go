@@ -522,7 +522,7 @@ func (p *Pipeline) endedTool(r *runstate.Run) *ToolAnswer {
 		status = 429
 	}
 	return &ToolAnswer{Kind: ToolRunEnded, Status: status, Reason: reason, Termination: reason,
-		Message: fmt.Sprintf("run %s has ended (%s: %s); the tool call was not executed", r.ID, reason, detail)}
+		Message: fmt.Sprintf("run %s has ended (%s: %s); the tool call was not executed", runstate.NameOf(r.ID), reason, detail)}
 }
 
 // ToolHeaders calls set for each X-Run-* response header of a tool call.
