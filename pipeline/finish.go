@@ -149,7 +149,14 @@ func (p *Pipeline) finishLocked(ctx context.Context, t *Turn, out Outcome, cut b
 		}
 		return p.transportFailure(t, g, out.Err, now)
 	}
-	complete := !cut && (resp.HasUsage || resp.FinishReason != "")
+	complete := resp.HasUsage || resp.FinishReason != ""
+	if out.Streamed {
+		// A stream is whole once its terminal event was read: usage and
+		// a finish reason may come before it (Anthropic's message_start
+		// carries usage), and a stream cut or abandoned there is not a
+		// step taken.
+		complete = t.Done()
+	}
 	var failure string // the model's error, when the call ended in one
 	switch {
 	case cut:
