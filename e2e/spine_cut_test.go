@@ -43,11 +43,7 @@ func TestSpineUpstreamCutsTheStream(t *testing.T) {
 			func(g *app.Gateway) (int, error) {
 				s := spOpenAI(g).Chat.Completions.NewStreaming(context.Background(), openai.ChatCompletionNewParams{Model: "gpt-4o",
 					Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("What is the capital of Mexico?")}})
-				n := 0
-				for s.Next() {
-					n++
-				}
-				return n, s.Err()
+				return drain(s)
 			}, -1, -1},
 		{"openai responses", "/v1/responses", "openai-responses/stream-function-call.sse",
 			[]byte(`{"model":"gpt-4o","input":"Weather in Paris?","stream":true}`),
@@ -55,31 +51,18 @@ func TestSpineUpstreamCutsTheStream(t *testing.T) {
 			func(g *app.Gateway) (int, error) {
 				s := spOpenAI(g).Responses.NewStreaming(context.Background(), responses.ResponseNewParams{Model: "gpt-4o",
 					Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("Weather in Paris?")}})
-				n := 0
-				for s.Next() {
-					n++
-				}
-				return n, s.Err()
+				return drain(s)
 			}, -1, -1},
 		{"anthropic messages", "/v1/messages", "anthropic/stream-tool-use.sse", spMessagesBody(true),
 			"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"upstream stream ended before its terminal event\"",
 			func(g *app.Gateway) (int, error) {
 				s := spAnthropic(g).Messages.NewStreaming(context.Background(), anthropic.MessageNewParams{Model: "claude-sonnet-4-0", MaxTokens: 256,
 					Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("Weather in Paris?"))}})
-				n := 0
-				for s.Next() {
-					n++
-				}
-				return n, s.Err()
+				return drain(s)
 			}, 377, 1},
 	}
 	for _, api := range apis {
-		var events []string // the first three, pings left out (the SDKs skip them)
-		for _, ev := range spEvents(fixture(t, api.fixture)) {
-			if !strings.HasPrefix(ev, "event: ping") && len(events) < 3 {
-				events = append(events, ev)
-			}
-		}
+		events := firstEvents(t, api.fixture, 3)
 		sent := strings.Join(events, "")
 		for _, reset := range []bool{true, false} {
 			end := "reset"
@@ -151,6 +134,31 @@ func TestSpineWholeStreamEndsCleanly(t *testing.T) {
 	if err != nil || !bytes.Equal(body, stream) {
 		t.Fatalf("%v; client bytes differ from the upstream's:\n got %q\nwant %q", err, body, stream)
 	}
+}
+
+// drain reads an SDK's stream to its end: the events it yielded, and the
+// error it ended with.
+func drain(s interface {
+	Next() bool
+	Err() error
+}) (int, error) {
+	n := 0
+	for s.Next() {
+		n++
+	}
+	return n, s.Err()
+}
+
+// firstEvents is the first n events of a fixture's stream, pings left
+// out (the SDKs skip them).
+func firstEvents(t *testing.T, name string, n int) []string {
+	var events []string
+	for _, ev := range spEvents(fixture(t, name)) {
+		if !strings.HasPrefix(ev, "event: ping") && len(events) < n {
+			events = append(events, ev)
+		}
+	}
+	return events
 }
 
 // cutStream answers with events as a chunked event stream, one chunk each,
@@ -227,12 +235,7 @@ func modelCallEvent(t *testing.T, g *app.Gateway, runID string) runstate.Event {
 // model error there.
 func TestFrontEndsCutStream(t *testing.T) {
 	t.Parallel()
-	var events []string
-	for _, ev := range spEvents(fixture(t, "anthropic/stream-tool-use.sse")) {
-		if !strings.HasPrefix(ev, "event: ping") && len(events) < 3 {
-			events = append(events, ev)
-		}
-	}
+	events := firstEvents(t, "anthropic/stream-tool-use.sse", 3)
 	for _, fe := range frontEnds {
 		for _, reset := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%s/reset=%v", fe, reset), func(t *testing.T) {
