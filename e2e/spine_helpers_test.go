@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -54,22 +53,9 @@ func spEvents(stream []byte) []string {
 // no retries) and returns the whole answer.
 func spPost(t *testing.T, g *app.Gateway, route string, hdr map[string]string, body []byte) (*http.Response, []byte) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, gwURL(g)+route, bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	for k, v := range hdr {
-		req.Header.Set(k, v)
-	}
-	resp, err := spClient.Do(req)
+	resp, b, err := spPostCut(g, route, hdr, body)
 	if err != nil {
 		t.Fatalf("POST %s: %v", route, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("POST %s: reading the answer: %v", route, err)
 	}
 	return resp, b
 }

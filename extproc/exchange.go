@@ -248,9 +248,13 @@ func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders, attrs attributes) *
 	}
 	if h.GetEndOfStream() {
 		x.ended = true
+		cut := x.streamed && x.t.Cut()
 		out := pipeline.Outcome{Status: x.status, Streamed: x.streamed, UpstreamWait: time.Since(x.sent)}
 		if a := x.s.p.Finish(x.ctx, x.t, out); a != nil {
 			return x.immediate(a, true)
+		}
+		if cut {
+			return x.immediate(x.t.CutAnswer(), true)
 		}
 		m = &mutation{}
 		x.runHeaders(m, rh)
@@ -294,7 +298,15 @@ func (x *exchange) responseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResp
 		if eos {
 			out = append(append([]byte(nil), out...), x.t.End()...)
 			x.ended = true
+			cut := x.t.Cut()
 			x.s.p.Finish(x.ctx, x.t, pipeline.Outcome{Status: x.status, Streamed: true, UpstreamWait: time.Since(x.sent)})
+			if cut {
+				// The upstream ended before the stream's terminal event:
+				// once the response started, Envoy resets the client's
+				// stream for an immediate response, so the client sees
+				// an error rather than a clean end.
+				return x.immediate(x.t.CutAnswer(), true)
+			}
 		}
 		if bytes.Equal(out, chunk) {
 			return bodyResponse(true, nil, nil)
@@ -386,7 +398,11 @@ func (x *exchange) abort(err error) {
 	x.ended = true
 	// Whatever Envoy reports (EOF, reset, cancel), for the call it means
 	// the client is gone: the proxy sees the same as a cancelled context.
+	// (An upstream reset mid-stream reaches here the same way: Envoy
+	// resets the client's stream and closes this one, and nothing on it
+	// tells the two apart.)
 	x.s.log.Debug("ext_proc stream ended early", "run_id", x.t.RunID(), "err", err)
+	x.t.Abort()
 	out := pipeline.Outcome{Err: context.Canceled, UpstreamWait: time.Since(x.sent)}
 	if x.streamed {
 		x.t.End()

@@ -258,6 +258,13 @@ func (p *Pipeline) reserve(ctx context.Context, t *Turn, g *governance, maxOut i
 	lim := g.limits
 	price, ok := p.catalog.Lookup(t.Req.Model)
 	t.price, t.priced = price, ok
+	if ok && price.ContextWindow > 0 && t.Req.MaxOutputTokens > price.ContextWindow {
+		// No model writes more than its context window holds; the
+		// catalog knows no tighter output bound.
+		t.Answer = errorAnswer(t.codec, wire.ErrInvalidRequest, fmt.Sprintf(
+			"the output cap %d exceeds the context window of model %q (%d tokens)", t.Req.MaxOutputTokens, t.Req.Model, price.ContextWindow), nil)
+		return true
+	}
 	if !ok && lim.MaxCostUSD > 0 {
 		t.Answer = errorAnswer(t.codec, wire.ErrInvalidRequest, fmt.Sprintf(
 			"model %q has no price in the catalog, so this run's cost budget cannot be enforced", t.Req.Model), nil)

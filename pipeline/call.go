@@ -2,6 +2,8 @@ package pipeline
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"time"
 
 	"github.com/haltline/haltline/accounting"
@@ -162,6 +164,40 @@ func (t *Turn) End() []byte {
 	}
 	return t.tap.End()
 }
+
+// Cut reports a stream that ended before its terminal event ([DONE],
+// response.completed, message_stop) while its call was still wanted (not
+// aborted; the run neither cancelled nor ended) and without an error event
+// of the provider's own: the upstream broke it off (a reset, an EOF, its
+// timeout). The front end then sends CutEvent and ends the response
+// without the clean end of its framing, so that the client raises an error
+// instead of taking a partial answer for a whole one; Finish records the
+// call as a model error.
+func (t *Turn) Cut() bool {
+	if t.Done() || (t.Ctx != nil && t.Ctx.Err() != nil) {
+		return false
+	}
+	return t.tap == nil || t.tap.Response().ErrorMessage == ""
+}
+
+// CutEvent is the provider's stream error event telling the client that
+// its stream was cut.
+func (t *Turn) CutEvent() []byte {
+	return wire.ErrorEvent(t.codec, wire.ErrBadGateway, cutMessage)
+}
+
+// CutAnswer is the answer that tells a client its stream was cut, for a
+// front end that cannot add CutEvent to the stream but can replace it
+// (ext_proc: Envoy resets a client's stream whose headers went out).
+func (t *Turn) CutAnswer() *Answer {
+	return errorAnswer(t.codec, wire.ErrBadGateway, cutMessage, nil)
+}
+
+// ErrStreamCut is a stream's end before its terminal event (Cut). It wraps
+// io.ErrUnexpectedEOF: for the client it is one.
+var ErrStreamCut = fmt.Errorf("%s: %w", cutMessage, io.ErrUnexpectedEOF)
+
+const cutMessage = "upstream stream ended before its terminal event"
 
 // RunID is the name of the run the call was attributed to, as its
 // X-Run-Id says ("" before identification).

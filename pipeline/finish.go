@@ -33,6 +33,11 @@ func (p *Pipeline) Finish(ctx context.Context, t *Turn, out Outcome) *Answer {
 		p.obs.ModelCall(p.callReport(t, answerStatus(t, nil, out), out, now))
 		return nil
 	}
+	// Read before the turn's context is cancelled below.
+	cut := out.Streamed && t.Cut()
+	if cut {
+		out.Err = cutError(out.Err)
+	}
 	if t.cancel != nil {
 		t.cancel()
 	}
@@ -69,8 +74,8 @@ func (p *Pipeline) Finish(ctx context.Context, t *Turn, out Outcome) *Answer {
 	// headers show after Finish is read anew (with the settlement, when the
 	// book can), as a released reservation changes it too.
 	t.headroomRead = false
-	answer := p.finishLocked(ctx, t, out, &resp, booked, rider, now)
-	p.recordFinish(t, out, now)
+	answer := p.finishLocked(ctx, t, out, cut, &resp, booked, rider, now)
+	p.recordFinish(t, out, cut, now)
 	p.closeReservation(t, govOf(r))
 	saved, carried := p.persistReleasing(r, pre.release)
 	r.Mu.Unlock()
@@ -128,8 +133,8 @@ func (p *Pipeline) response(t *Turn, out Outcome) wire.Response {
 // finishLocked finishes the call under the run's locks; resp is the
 // provider's answer and booked what its settlement books (both read when
 // the status is 2xx), rider the settlement when it rode in the lock's
-// round trip (settleAhead).
-func (p *Pipeline) finishLocked(ctx context.Context, t *Turn, out Outcome, resp *wire.Response, booked settlement, rider accounting.Rider, now time.Time) *Answer {
+// round trip (settleAhead), cut whether the stream was cut (Turn.Cut).
+func (p *Pipeline) finishLocked(ctx context.Context, t *Turn, out Outcome, cut bool, resp *wire.Response, booked settlement, rider accounting.Rider, now time.Time) *Answer {
 	r, g := t.run, govOf(t.run)
 	r.Inflight--
 	if ok := out.Status >= 200 && out.Status < 300; !ok {
@@ -145,10 +150,24 @@ func (p *Pipeline) finishLocked(ctx context.Context, t *Turn, out Outcome, resp 
 		return p.transportFailure(t, g, out.Err, now)
 	}
 	complete := resp.HasUsage || resp.FinishReason != ""
-	p.settle(ctx, t, g, resp, booked, rider, now)
-	if resp.ErrorMessage != "" || !complete {
-		// The stream broke off (client gone, upstream error event): the
-		// spend is settled, but no decision was taken.
+	if out.Streamed {
+		// A stream is whole once its terminal event was read: usage and
+		// a finish reason may come before it (Anthropic's message_start
+		// carries usage), and a stream cut or abandoned there is not a
+		// step taken.
+		complete = t.Done()
+	}
+	var failure string // the model's error, when the call ended in one
+	switch {
+	case cut:
+		failure = out.Err.Error()
+	case resp.ErrorMessage != "":
+		failure = resp.ErrorMessage
+	}
+	p.settle(ctx, t, g, resp, booked, rider, failure, now)
+	if failure != "" || !complete {
+		// The stream broke off (client gone, cut, upstream error event):
+		// the spend is settled, but no decision was taken.
 		if r.Inflight == 0 && r.State == runstate.Deciding {
 			r.Transition(runstate.Ready, now, "model call incomplete")
 		}
@@ -237,8 +256,8 @@ func (p *Pipeline) settleAhead(t *Turn, actual accounting.Vector, now time.Time)
 
 // settle books s (or takes what the rider booked), with the headroom it
 // left when the book reads it in the same round trip, and counts it on
-// the run.
-func (p *Pipeline) settle(ctx context.Context, t *Turn, g *governance, resp *wire.Response, s settlement, rider accounting.Rider, now time.Time) {
+// the run; failure, when set, is the model's error the call ended in.
+func (p *Pipeline) settle(ctx context.Context, t *Turn, g *governance, resp *wire.Response, s settlement, rider accounting.Rider, failure string, now time.Time) {
 	r := t.run
 	var err error
 	hs, reads := p.book.(headroomSettler)
@@ -275,9 +294,13 @@ func (p *Pipeline) settle(ctx context.Context, t *Turn, g *governance, resp *wir
 	}
 	p.obs.Usage(t.Req.API.Provider(), label, u, cost)
 	t.usage, t.cost, t.finishReason, t.toolCalls = u, cost, resp.FinishReason, len(resp.ToolCalls)
-	r.Record(now, runstate.Event{Type: runstate.EventModelCall, Model: model, Status: 200,
+	ev := runstate.Event{Type: runstate.EventModelCall, Model: model, Status: 200,
 		InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, CostUSD: cost.USD(),
-		Detail: resp.FinishReason})
+		Detail: resp.FinishReason}
+	if failure != "" {
+		ev.Error, ev.Detail = runstate.ReasonModelError, failure
+	}
+	r.Record(now, ev)
 }
 
 // toolStep handles a response that asks for tools: outstanding calls for
@@ -341,6 +364,15 @@ func (p *Pipeline) transportFailure(t *Turn, g *governance, err error, now time.
 		return errorAnswer(t.codec, wire.ErrBadGateway, "call cancelled", nil)
 	}
 	return errorAnswer(t.codec, wire.ErrBadGateway, "upstream unreachable", nil)
+}
+
+// cutError is a cut stream's error: what broke its read (a reset, a
+// timeout), or ErrStreamCut when it ended in a plain EOF.
+func cutError(err error) error {
+	if err == nil {
+		return ErrStreamCut
+	}
+	return fmt.Errorf("%s: %w", cutMessage, err)
 }
 
 func errDetail(err error) string {

@@ -93,7 +93,8 @@ type CallRecord struct {
 	// termination reason, or "refused" for an error of the gateway.
 	Answered     string `json:"answered,omitempty"`
 	AnswerStatus int    `json:"answer_status,omitempty"`
-	// Failed is set when no upstream response arrived: "timeout" or "error".
+	// Failed is set when no upstream response arrived: "timeout" or
+	// "error"; or "cut" when its stream ended before its terminal event.
 	Failed       string           `json:"failed,omitempty"`
 	WrapUp       string           `json:"wrap_up,omitempty"` // the line that made it the wrap-up
 	FinishReason string           `json:"finish_reason,omitempty"`
@@ -278,7 +279,7 @@ func (p *Pipeline) recordBegin(t *Turn, r *runstate.Run) {
 }
 
 // recordFinish completes the call from what Finish read. The caller holds r.Mu.
-func (p *Pipeline) recordFinish(t *Turn, out Outcome, now time.Time) {
+func (p *Pipeline) recordFinish(t *Turn, out Outcome, cut bool, now time.Time) {
 	g := govOf(t.run)
 	if g == nil || g.rec == nil || t.rec == nil {
 		return
@@ -287,6 +288,9 @@ func (p *Pipeline) recordFinish(t *Turn, out Outcome, now time.Time) {
 	rec.Status, rec.FinishReason, rec.Usage, rec.CostPicoUSD = out.Status, t.finishReason, t.usage, int64(t.cost)
 	rec.HasUsage = t.usage != (wire.Usage{})
 	rec.DurationMs = now.Sub(t.started).Milliseconds()
+	if cut {
+		rec.Failed = "cut"
+	}
 	if out.Status == 0 {
 		rec.Failed = "error"
 		if errors.Is(out.Err, context.DeadlineExceeded) {

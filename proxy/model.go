@@ -199,7 +199,10 @@ func (s *Server) relayBuffered(ctx *fasthttp.RequestCtx, t *pipeline.Turn, prov 
 // before those bytes go out: the agent's next request must find the run
 // up to date. A read is cut (see cut) so that neither the settlement nor
 // the reading of a burst holds back a chunk. The server calls Close once
-// the stream ended or the client went away.
+// the stream ended or the client went away. A stream the upstream cut
+// (Turn.Cut) ends with the provider's error event, when the bytes sent
+// end an event, and without the clean end of the chunked encoding: both
+// make the official SDKs raise an error.
 type streamBody struct {
 	up      io.ReadCloser
 	t       streamTurn
@@ -212,9 +215,11 @@ type streamBody struct {
 	// error: fed once the bytes before it went out.
 	unfed    []byte
 	unfedErr error
-	started  bool  // the stream's first bytes were read (and cut after its first event)
-	ended    bool  // the upstream ended (EOF or error)
-	err      error // the upstream's error, when not EOF
+	started  bool    // the stream's first bytes were read (and cut after its first event)
+	ended    bool    // the upstream ended (EOF or error)
+	err      error   // the upstream's error, when not EOF
+	broken   bool    // the upstream ended before the stream's terminal event
+	last     [4]byte // the last bytes sent, to tell whether they end an event
 }
 
 // streamTurn is what a relayed stream needs of its turn (*pipeline.Turn).
@@ -223,12 +228,14 @@ type streamTurn interface {
 	Terminal(event []byte) bool
 	Done() bool
 	End() []byte
+	Cut() bool
+	CutEvent() []byte
 }
 
 func (b *streamBody) Read(p []byte) (int, error) {
 	for len(b.pending) == 0 {
 		if b.ended {
-			return 0, io.EOF
+			return 0, b.endErr()
 		}
 		b.pending = b.feed()
 	}
@@ -248,6 +255,9 @@ func (b *streamBody) WriteTo(w io.Writer) (int64, error) {
 	for {
 		for len(b.pending) == 0 {
 			if b.ended {
+				if b.broken {
+					return total, pipeline.ErrStreamCut
+				}
 				return total, nil
 			}
 			b.pending = b.feed()
@@ -290,9 +300,43 @@ func (b *streamBody) feed() []byte {
 		b.ended = true
 		// fwd may alias the tap's buffer, which End reuses.
 		b.tail = append(append(b.tail[:0], fwd...), b.t.End()...)
+		b.sent(b.tail)
+		if b.broken = b.t.Cut(); b.broken && b.atEventEnd() {
+			b.tail = append(b.tail, b.t.CutEvent()...)
+		}
 		return b.tail
 	}
+	b.sent(fwd)
 	return fwd
+}
+
+// endErr is what Read returns once the stream is relayed: an error other
+// than io.EOF keeps fasthttp from writing the chunked encoding's last
+// chunk. pipeline.ErrStreamCut wraps io.ErrUnexpectedEOF, which fasthttp
+// does not log as a fault of its own.
+func (b *streamBody) endErr() error {
+	if b.broken {
+		return pipeline.ErrStreamCut
+	}
+	return io.EOF
+}
+
+// sent notes the last bytes of p, which go to the client.
+func (b *streamBody) sent(p []byte) {
+	if len(p) >= len(b.last) {
+		copy(b.last[:], p[len(p)-len(b.last):])
+		return
+	}
+	copy(b.last[:], b.last[len(p):])
+	copy(b.last[len(b.last)-len(p):], p)
+}
+
+// atEventEnd reports whether the bytes sent so far end an SSE event (or
+// none were sent): an event added there is read as one of its own, where
+// after a partial one it would be read as that one's rest.
+func (b *streamBody) atEventEnd() bool {
+	l := b.last
+	return l == [4]byte{} || (l[2] == '\n' && l[3] == '\n') || (l[2] == '\r' && l[3] == '\r') || l == [4]byte{'\r', '\n', '\r', '\n'}
 }
 
 // cut returns where to split a read so that its first part goes out

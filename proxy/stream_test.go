@@ -37,17 +37,17 @@ func TestStreamBodyCutsAReadForTheFirstAndTerminalEvents(t *testing.T) {
 	}
 	chat := fixture("../wire/openai/testdata/chat/stream-text-include-usage.sse")
 	messages := fixture("../wire/anthropic/testdata/stream-tool-use.sse")
-	chatTap := func() wire.StreamTap {
-		return openai.Chat{}.NewStreamTap(&wire.Request{Stream: true, IncludeUsage: true})
+	chatTap := func() streamTurn {
+		return tapTurn(openai.Chat{}, &wire.Request{Stream: true, IncludeUsage: true})
 	}
 	for _, tc := range []struct {
 		desc     string
-		tap      func() wire.StreamTap
+		tap      func() streamTurn
 		stream   string
 		terminal string // what must wait for the settlement
 	}{
 		{"openai chat", chatTap, chat, "data: [DONE]\n\n"},
-		{"anthropic", func() wire.StreamTap { return anthropic.Messages{}.NewStreamTap(nil) }, messages, messages[strings.LastIndex(messages, "event: message_stop"):]},
+		{"anthropic", func() streamTurn { return tapTurn(anthropic.Messages{}, &wire.Request{}) }, messages, messages[strings.LastIndex(messages, "event: message_stop"):]},
 		{"only the terminal event", chatTap, "data: [DONE]\n\n", "data: [DONE]\n\n"},
 		// Before a terminal event, only \n framing is cut: with \r\n, what
 		// follows the first event waits with it.
@@ -111,6 +111,23 @@ func TestStreamBodyCutsAReadForTheFirstAndTerminalEvents(t *testing.T) {
 	}
 }
 
+// tapTurn is codec's stream tap as a relayed stream's turn, reading a cut
+// as a turn whose call is still wanted does.
+func tapTurn(codec wire.Codec, req *wire.Request) streamTurn {
+	return &testTurn{StreamTap: codec.NewStreamTap(req), codec: codec}
+}
+
+type testTurn struct {
+	wire.StreamTap
+	codec wire.Codec
+}
+
+func (t *testTurn) Cut() bool { return !t.Done() && t.Response().ErrorMessage == "" }
+
+func (t *testTurn) CutEvent() []byte {
+	return wire.ErrorEvent(t.codec, wire.ErrBadGateway, "upstream stream ended before its terminal event")
+}
+
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
@@ -133,7 +150,7 @@ func TestStreamBurstIsOneChunkOnTheWire(t *testing.T) {
 		buf := make([]byte, 64<<10)
 		ctx.Response.SetBodyStream(&streamBody{
 			up: io.NopCloser(strings.NewReader(stream)), buf: &buf,
-			t:      openai.Chat{}.NewStreamTap(&wire.Request{Stream: true}),
+			t:      tapTurn(openai.Chat{}, &wire.Request{Stream: true}),
 			settle: func(pipeline.Outcome) {}, done: func() {},
 		}, -1)
 	}}

@@ -24,6 +24,10 @@ type Event struct {
 	To        State  `json:"to,omitempty"`
 	Step      int64  `json:"step"`
 	Detail    string `json:"detail,omitempty"`
+	// Error is the termination reason's name of what failed the step,
+	// when one did (model_error: a model call's stream was cut or carried
+	// the provider's error event); Detail then says what.
+	Error string `json:"error,omitempty"`
 	// Model call facts.
 	Model        string  `json:"model,omitempty"`
 	InputTokens  int64   `json:"input_tokens,omitempty"`

@@ -180,6 +180,7 @@ func AppendEventsJSON(b []byte, events []Event) []byte {
 		b = appendOptionalString(b, `,"to":`, string(e.To))
 		b = appendIntField(b, `,"step":`, e.Step)
 		b = appendOptionalString(b, `,"detail":`, e.Detail)
+		b = appendOptionalString(b, `,"error":`, e.Error)
 		b = appendOptionalString(b, `,"model":`, e.Model)
 		b = appendOptionalInt(b, `,"input_tokens":`, e.InputTokens)
 		b = appendOptionalInt(b, `,"output_tokens":`, e.OutputTokens)

@@ -109,7 +109,7 @@ func TestFullPersistedSetsEveryField(t *testing.T) {
 }
 
 func fullEvent(s string, n int64, cost float64) Event {
-	return Event{Seq: n, At: s, ElapsedMs: n + 1, Type: s, From: State(s), To: State(s + "2"), Step: n + 2, Detail: s,
+	return Event{Seq: n, At: s, ElapsedMs: n + 1, Type: s, From: State(s), To: State(s + "2"), Step: n + 2, Detail: s, Error: s + "3",
 		Model: s, InputTokens: n + 3, OutputTokens: n + 4, CostUSD: cost, Status: int(n + 5), Tool: s, ArgumentsHash: s}
 }
 

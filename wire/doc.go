@@ -2,7 +2,9 @@
 // reads from a model request and response (a few fields, never a full
 // unmarshal), the normalised token usage of DESIGN §12, and the Codec
 // interface that each provider's adapter (wire/openai, wire/anthropic)
-// implements.
+// implements, with what every adapter checks alike: the bounds of an
+// output cap (OutputCap), the refusal of a body nested too deeply
+// (ErrTooDeep), the stream error event of each API (ErrorEvent).
 //
 // It owns wire formats only. It must not touch budgets, policy, run state or
 // any transport (no fasthttp, gRPC or net/http imports), so that both front

@@ -206,6 +206,22 @@ const (
 	ErrTimeout                         // 504: upstream timeout or run deadline
 )
 
+// ErrorEvent renders an error as the SSE event of c's streams that the
+// official SDKs raise as an error mid-stream: Anthropic's "event: error"
+// with its error body; for OpenAI a data line whose object has an "error"
+// member (openai-go and openai-node raise any such event), named "error"
+// on Responses streams, where every event is named.
+func ErrorEvent(c Codec, kind ErrorKind, message string) []byte {
+	body := c.ErrorBody(kind, message, nil)
+	out := make([]byte, 0, len(body)+24)
+	if c.API() != APIChat {
+		out = append(out, "event: error\n"...)
+	}
+	out = append(out, "data: "...)
+	out = append(out, body...)
+	return append(out, "\n\n"...)
+}
+
 // Status is the HTTP status of an error kind.
 func (k ErrorKind) Status() int {
 	switch k {

@@ -31,7 +31,7 @@ var (
 func (Messages) ParseRequest(body []byte) (wire.Request, error) {
 	req := wire.Request{API: wire.APIMessages, BodyBytes: len(body)}
 	s := view(body)
-	var modelRaw, msgsRaw string
+	var modelRaw, msgsRaw, maxRaw string
 	var h history
 	end := jsonscan.Object(s, skipWS(s, 0), false, func(k string, _, v int) int {
 		var end int
@@ -53,9 +53,7 @@ func (Messages) ParseRequest(body []byte) (wire.Request, error) {
 		case "stream":
 			req.Stream = val == "true"
 		case "max_tokens":
-			if mt := gjson.Parse(val); mt.Type == gjson.Number {
-				req.MaxOutputTokens = mt.Int()
-			}
+			maxRaw = val
 		case "tools":
 			req.HasTools = nonEmptyArray(gjson.Parse(val))
 		}
@@ -63,7 +61,11 @@ func (Messages) ParseRequest(body []byte) (wire.Request, error) {
 		return end
 	})
 	if end < 0 || skipWS(s, end) != len(s) {
-		return req, ErrNotObject
+		return req, wire.Refusal(ErrNotObject, s)
+	}
+	var err error
+	if req.MaxOutputTokens, err = wire.OutputCap("max_tokens", maxRaw); err != nil {
+		return req, err
 	}
 	model := gjson.Parse(modelRaw)
 	if model.Type != gjson.String || model.Str == "" {

@@ -1,10 +1,12 @@
 package anthropic
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -373,6 +375,41 @@ func TestWrapUpRejects(t *testing.T) {
 	for _, body := range []string{``, `[]`, `{"model":"m"}`, `{"model":"m","messages":`} {
 		if out, err := (Messages{}).WrapUp([]byte(body), nil, instruction, 10); err == nil {
 			t.Errorf("WrapUp(%q) = %s, want an error", body, out)
+		}
+	}
+}
+
+// max_tokens is a positive integer within wire.MaxOutputCap, and a body
+// nests at most jsonscan.MaxDepth levels: the gateway reserves on the cap,
+// and readers after its own scan recurse.
+func TestParseRequestValidatesLimits(t *testing.T) {
+	t.Parallel()
+	body := func(member string) []byte {
+		return []byte(`{"model":"m","messages":[{"role":"user","content":"hi"}],` + member + `}`)
+	}
+	for _, v := range []string{"-5", "0", "2.5", `"abc"`, "1e12", "1e99", "1000000000000", "10000001", "1.0", "true"} {
+		t.Run("max_tokens="+v, func(t *testing.T) {
+			t.Parallel()
+			if _, err := (Messages{}).ParseRequest(body(`"max_tokens":` + v)); err == nil || !strings.Contains(err.Error(), "max_tokens must be a positive integer") {
+				t.Fatalf("err = %v, want the cap refused", err)
+			}
+		})
+	}
+	for _, v := range []string{"1", "4096", "10000000"} {
+		req, err := (Messages{}).ParseRequest(body(`"max_tokens":` + v))
+		if want, _ := strconv.ParseInt(v, 10, 64); err != nil || req.MaxOutputTokens != want {
+			t.Fatalf("max_tokens %s: cap %d, %v", v, req.MaxOutputTokens, err)
+		}
+	}
+	deep := strings.Repeat("[", 100_000) + strings.Repeat("]", 100_000)
+	for desc, b := range map[string][]byte{
+		"tools":           body(`"max_tokens":10,"tools":` + deep),
+		"metadata":        body(`"max_tokens":10,"metadata":{"a":` + deep + `}`),
+		"message content": []byte(`{"model":"m","max_tokens":10,"messages":[{"role":"user","content":` + deep + `}]}`),
+		"last assistant":  []byte(`{"model":"m","max_tokens":10,"messages":[{"role":"assistant","content":[{"type":"tool_use","input":` + deep + `}]}]}`),
+	} {
+		if _, err := (Messages{}).ParseRequest(b); !errors.Is(err, wire.ErrTooDeep) {
+			t.Fatalf("deep %s: err = %v, want wire.ErrTooDeep", desc, err)
 		}
 	}
 }

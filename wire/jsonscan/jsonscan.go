@@ -1,7 +1,8 @@
 // Package jsonscan holds the byte-level JSON helpers that the provider
 // codecs share: finding the end of a value without decoding it, validating
 // in the same single pass, walking the members of an object or the elements
-// of an array. It owns no provider semantics.
+// of an array, and the bound on nesting depth (MaxDepth) they all keep. It
+// owns no provider semantics.
 package jsonscan
 
 import (
@@ -144,9 +145,41 @@ func SkipWS(s string, i int) int {
 	return i
 }
 
+// MaxDepth is how deeply containers may nest in a value read here. Real
+// requests nest a few levels (a tool's JSON schema a dozen or so); a
+// hostile body of a hundred thousand levels would reach readers after the
+// gateway's own scan that recurse (gjson, the upstream's parser). Past it
+// ValidValue and SkipValue find no value, and TooDeep tells why.
+const MaxDepth = 128
+
+// TooDeep reports whether containers nest deeper than MaxDepth anywhere in
+// s, read as JSON text (brackets inside strings do not count). It is for
+// the error path: a value the readers refused may have been too deep.
+func TooDeep(s string) bool {
+	depth := 0
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '"':
+			j := SkipString(s, i)
+			if j < 0 {
+				return false
+			}
+			i = j - 1
+		case '{', '[':
+			if depth++; depth > MaxDepth {
+				return true
+			}
+		case '}', ']':
+			depth--
+		}
+	}
+	return false
+}
+
 // SkipValue returns the index past the JSON value starting at s[i], or -1
-// when there is none. It does not validate: it finds the end of a value in
-// a body already known to be JSON, never decoding it.
+// when there is none or it nests deeper than MaxDepth. It does not
+// validate: it finds the end of a value in a body already known to be
+// JSON, never decoding it.
 func SkipValue(s string, i int) int {
 	if i >= len(s) {
 		return -1
@@ -165,7 +198,9 @@ func SkipValue(s string, i int) int {
 				}
 				i = j - 1
 			case '{', '[':
-				depth++
+				if depth++; depth > MaxDepth {
+					return -1
+				}
 			case '}', ']':
 				depth--
 				if depth == 0 {

@@ -17,6 +17,7 @@ func Valid(s string) bool {
 // white space before it), or -1 when s holds no valid value there. It is
 // one iterative pass: deep nesting costs a byte per level, never stack
 // frames (gjson.Valid recurses), and strings are read by ValidString.
+// Containers nested deeper than MaxDepth are not valid.
 func ValidValue(s string, i int) int {
 	if i >= len(s) {
 		return -1
@@ -54,12 +55,18 @@ func validScalar(s string, i int) int {
 
 // validContainer is ValidValue for an object or an array.
 func validContainer(s string, i int) int {
-	var stackBuf [64]byte
+	var stackBuf [MaxDepth]byte
 	stack := stackBuf[:0] // '{' or '[' per open container
 	for {
 		// A value at s[i].
 		if i >= len(s) {
 			return -1
+		}
+		switch c := s[i]; c {
+		case '{', '[':
+			if len(stack) == MaxDepth {
+				return -1
+			}
 		}
 		switch c := s[i]; c {
 		case '{':

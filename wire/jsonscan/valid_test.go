@@ -35,8 +35,8 @@ func TestValid(t *testing.T) {
 		{"long string, bad escape at the end", `["` + long + `\x"]`, false},
 		{"long string, control late", `["` + long + "\x1f" + `"]`, false},
 		{"long string, control after it", `["` + long + `"` + "\x1f]", false},
-		{"deep", strings.Repeat("[", 200) + strings.Repeat("]", 200), true},
-		{"unbalanced", strings.Repeat("[", 200) + strings.Repeat("]", 199), false},
+		{"deep", strings.Repeat("[", MaxDepth) + strings.Repeat("]", MaxDepth), true},
+		{"unbalanced", strings.Repeat("[", 100) + strings.Repeat("]", 99), false},
 		{"mismatched", `[}`, false},
 	}
 	for _, tc := range tests {
@@ -52,7 +52,39 @@ func TestValid(t *testing.T) {
 	}
 }
 
-// Valid accepts exactly what gjson.Valid accepts, and ValidString ends a
+// Containers nested past MaxDepth are refused, where gjson would accept
+// them, in one pass however deep the body goes.
+func TestValidRefusesDeepNesting(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		desc string
+		in   string
+	}{
+		{"arrays", strings.Repeat("[", MaxDepth+1) + strings.Repeat("]", MaxDepth+1)},
+		{"objects", strings.Repeat(`{"a":`, MaxDepth) + "{}" + strings.Repeat("}", MaxDepth)},
+		{"a hundred thousand levels", strings.Repeat(`[{"a":`, 50_000) + "1" + strings.Repeat("}]", 50_000)},
+		{"unterminated", strings.Repeat("[", 100_000)},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			t.Parallel()
+			if Valid(tc.in) {
+				t.Fatal("Valid accepted nesting past MaxDepth")
+			}
+			if SkipValue(tc.in, 0) != -1 {
+				t.Fatal("SkipValue found a value nested past MaxDepth")
+			}
+			if !TooDeep(tc.in) {
+				t.Fatal("TooDeep missed it")
+			}
+		})
+	}
+	ok := strings.Repeat(`{"a":`, MaxDepth) + `"[[[[{{{{"` + strings.Repeat("}", MaxDepth)
+	if !Valid(ok) || SkipValue(ok, 0) != len(ok) || TooDeep(ok) {
+		t.Fatal("a value at MaxDepth (brackets inside a string do not count) was refused")
+	}
+}
+
+// Valid accepts exactly what gjson.Valid accepts (within MaxDepth), and ValidString ends a
 // string where SkipString does.
 func FuzzValid(f *testing.F) {
 	for _, s := range []string{
@@ -64,7 +96,7 @@ func FuzzValid(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		if got, want := Valid(s), gjson.Valid(s); got != want {
+		if got, want := Valid(s), gjson.Valid(s) && !TooDeep(s); got != want {
 			t.Fatalf("Valid(%q) = %v, gjson %v", s, got, want)
 		}
 		// Every quote starts a candidate string.

@@ -72,17 +72,24 @@ func (Chat) ParseRequest(body []byte) (wire.Request, error) {
 	})
 	switch {
 	case err != nil:
-		return req, err
+		return req, wire.Refusal(err, s)
 	case str(model) == "":
 		return req, errNoModel
 	case !isArray(messages):
 		return req, errNoMessages
 	}
 	req.Model = clone(str(model))
-	if n, ok := num(maxComp); ok {
-		req.MaxOutputTokens = n
-	} else if n, ok := num(maxTok); ok {
-		req.MaxOutputTokens = n
+	comp, err := wire.OutputCap("max_completion_tokens", maxComp)
+	if err != nil {
+		return req, err
+	}
+	tok, err := wire.OutputCap("max_tokens", maxTok)
+	if err != nil {
+		return req, err
+	}
+	req.MaxOutputTokens = comp
+	if comp == 0 {
+		req.MaxOutputTokens = tok
 	}
 	h.apply(&req)
 	return req, nil

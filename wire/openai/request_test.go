@@ -3,7 +3,10 @@ package openai
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/haltline/haltline/wire"
@@ -480,5 +483,59 @@ func TestPrepareUpstreamOtherBody(t *testing.T) {
 	want := `{"messages":[{"role":"user","content":"a long first message"}],"model":"m","stream":true,"stream_options":{"include_usage":true}}`
 	if string(got) != want {
 		t.Fatalf("got  %s\nwant %s", got, want)
+	}
+}
+
+// An output cap is a positive integer within wire.MaxOutputCap, and a body
+// nests at most jsonscan.MaxDepth levels: the gateway reserves on the cap,
+// and readers after its own scan recurse.
+func TestParseRequestValidatesLimits(t *testing.T) {
+	t.Parallel()
+	deep := strings.Repeat("[", 100_000) + strings.Repeat("]", 100_000)
+	type api struct {
+		codec wire.Codec
+		keys  []string
+		body  func(member string) string
+	}
+	chat := api{Chat{}, []string{"max_tokens", "max_completion_tokens"}, func(m string) string {
+		return `{"model":"m","messages":[{"role":"user","content":"hi"}],` + m + `}`
+	}}
+	responses := api{Responses{}, []string{"max_output_tokens"}, func(m string) string {
+		return `{"model":"m","input":"hi",` + m + `}`
+	}}
+	for _, a := range []api{chat, responses} {
+		for _, key := range a.keys {
+			for _, v := range []string{"-5", "0", "2.5", `"abc"`, "1e12", "1e99", "1000000000000", "10000001", "1.0", "true", "[]"} {
+				t.Run(a.codec.API().String()+"/"+key+"="+v, func(t *testing.T) {
+					t.Parallel()
+					_, err := a.codec.ParseRequest([]byte(a.body(`"` + key + `":` + v)))
+					if err == nil || !strings.Contains(err.Error(), key+" must be a positive integer") {
+						t.Fatalf("err = %v, want the cap refused", err)
+					}
+				})
+			}
+			for _, v := range []string{"1", "4096", "10000000", "null"} {
+				t.Run(a.codec.API().String()+"/"+key+"="+v+"/accepted", func(t *testing.T) {
+					t.Parallel()
+					req, err := a.codec.ParseRequest([]byte(a.body(`"` + key + `":` + v)))
+					want, _ := strconv.ParseInt(v, 10, 64)
+					if err != nil || req.MaxOutputTokens != want {
+						t.Fatalf("cap %d, %v; want %d", req.MaxOutputTokens, err, want)
+					}
+				})
+			}
+		}
+		for _, member := range []string{`"tools":` + deep, `"metadata":{"a":` + deep + `}`} {
+			t.Run(a.codec.API().String()+"/deep "+member[:8], func(t *testing.T) {
+				t.Parallel()
+				if _, err := a.codec.ParseRequest([]byte(a.body(member))); !errors.Is(err, wire.ErrTooDeep) {
+					t.Fatalf("err = %v, want wire.ErrTooDeep", err)
+				}
+			})
+		}
+	}
+	deepHistory := `{"model":"m","messages":[{"role":"user","content":` + deep + `}]}`
+	if _, err := (Chat{}).ParseRequest([]byte(deepHistory)); !errors.Is(err, wire.ErrTooDeep) {
+		t.Fatalf("deep message content: err = %v, want wire.ErrTooDeep", err)
 	}
 }

@@ -128,14 +128,14 @@ func (Responses) ParseRequest(body []byte) (wire.Request, error) {
 	})
 	switch {
 	case err != nil:
-		return req, err
+		return req, wire.Refusal(err, s)
 	case str(model) == "":
 		return req, errNoModel
 	}
 	req.Model = clone(str(model))
 	req.PreviousResponseID = clone(str(prev))
-	if n, ok := num(maxOut); ok {
-		req.MaxOutputTokens = n
+	if req.MaxOutputTokens, err = wire.OutputCap("max_output_tokens", maxOut); err != nil {
+		return req, err
 	}
 	switch {
 	case isString(input):
