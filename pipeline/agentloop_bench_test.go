@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -505,4 +506,38 @@ func BenchmarkRestoreAfterLoad(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkStoredBytesPerCall measures what the harness's workload leaves
+// on disk in the embedded store: the data directory's size after the
+// calls, closed (checkpointed: the log absorbed into the bbolt file),
+// divided by the calls. It sizes a data directory: bytes a call times
+// calls a day times store.retention. Runs, events, ledgers and lineage
+// keys are all in it; recordings are off, as by default.
+func BenchmarkStoredBytesPerCall(b *testing.B) {
+	dir := b.TempDir()
+	p, st := persistedPipelineIn(b, dir, store.BoltOptions{})
+	call := harnessCalls(b, p)
+	for b.Loop() {
+		call()
+	}
+	b.StopTimer()
+	if err := st.Close(); err != nil {
+		b.Fatal(err)
+	}
+	var size int64
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		info, err := d.Info()
+		if err == nil {
+			size += info.Size()
+		}
+		return err
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(size)/float64(b.N), "disk-B/call")
 }
