@@ -61,7 +61,7 @@ func (p *plan) decide(cut int) {
 					}
 				}
 			}
-			if repl == "" && r.rawLen() > limit {
+			if repl == "" && r.rawLen() > limit && !p.keeps(r) {
 				c.measure(r)
 				if r.n > limit && r.runes > limit {
 					repl = p.cutText(r)
@@ -76,6 +76,26 @@ func (p *plan) decide(cut int) {
 		it.replaced = replaced
 	}
 	p.decided = cut
+}
+
+// keeps reports whether r's tool is one whose output goes whole (Keep).
+func (p *plan) keeps(r *result) bool {
+	return p.rw.Keep != nil && p.rw.Keep(p.toolOf(r))
+}
+
+// toolOf names the tool whose call r answers, "" when the call is not in
+// the request.
+func (p *plan) toolOf(r *result) string {
+	i, ok := p.c.callAt[r.id]
+	if !ok {
+		return ""
+	}
+	for _, cl := range p.c.items[i].calls {
+		if cl.id == r.id {
+			return cl.name
+		}
+	}
+	return ""
 }
 
 // cutBounds returns the byte offsets of the kept head's end and the kept
@@ -136,6 +156,10 @@ func (p *plan) cutText(r *result) string {
 			}
 			p.st.Blobs[key] = handle
 			p.rep.Blobs = append(p.rep.Blobs, handle)
+			defer func() {
+				p.rep.NewCuts = append(p.rep.NewCuts, CutOutput{Tool: p.toolOf(r), Handle: handle,
+					Chars: r.runes, CutChars: r.cutChars})
+			}()
 		}
 	}
 	text := c.decoded(r)

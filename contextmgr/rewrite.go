@@ -3,11 +3,14 @@ package contextmgr
 import (
 	"context"
 	"errors"
+	"math"
 	"strconv"
+	"strings"
 	"sync"
 	"unsafe"
 
 	"github.com/haltline/haltline/wire"
+	"github.com/haltline/haltline/wire/jsonscan"
 )
 
 // Defaults of a zero Rewriter (DESIGN §8 for the tool output sizes).
@@ -42,6 +45,11 @@ type Rewriter struct {
 	// summary is used and the error reported.
 	Summarise func(ctx context.Context, prev string, dropped []Turn) (summary string, facts map[string]string, err error)
 
+	// Keep, when set, names the tools whose output is forwarded whole,
+	// never cut (an agent that reads source files may need them whole);
+	// tool is "" when the call a result answers is not in the request.
+	Keep func(tool string) bool
+
 	KeepTurns   int     // last turns never dropped; 0 means DefaultKeepTurns
 	InlineLimit int     // tool output longer than this (in characters) is cut; 0 means DefaultInlineLimit
 	Head, Tail  int     // characters kept of a cut output; 0 means DefaultHead / DefaultTail
@@ -71,11 +79,21 @@ type Report struct {
 	SummaryBy    string `json:"summary_by,omitempty"` // "extractive" or "summariser", when Compressed
 	SummaryError string `json:"summary_error,omitempty"`
 	FactsAdded   int    `json:"facts_added"`
-	// Blobs are the handles Blob returned on this call.
-	Blobs []string `json:"blobs,omitempty"`
+	// Blobs are the handles Blob returned on this call, and NewCuts the
+	// outputs they keep: each cut the first time, the same way later.
+	Blobs   []string    `json:"blobs,omitempty"`
+	NewCuts []CutOutput `json:"new_cuts,omitempty"`
 	// Over is set when the forwarded request is still over the watermark:
 	// the system prompt, the task and the last turn alone do not fit.
 	Over bool `json:"over"`
+}
+
+// CutOutput is a tool output cut for the first time in a run.
+type CutOutput struct {
+	Tool     string `json:"tool,omitempty"`
+	Handle   string `json:"handle"`
+	Chars    int    `json:"chars"`     // the output's length, in characters
+	CutChars int    `json:"cut_chars"` // characters left out of the forwarded text
 }
 
 func (rw *Rewriter) keepTurns() int   { return orDefault(rw.KeepTurns, DefaultKeepTurns) }
@@ -174,6 +192,79 @@ func (rw *Rewriter) Rewrite(ctx context.Context, api wire.API, body []byte, wate
 	rep.Dropped = st.Dropped
 	rep.Over = est > watermark
 	return out, rep, nil
+}
+
+// Cut returns the body with every tool output longer than the inline
+// limit cut to its head and tail around a note naming its handle, and
+// nothing else changed: no deduplication, no dropped turn, whatever the
+// size of the request. The cut is stable: an output is cut into the same
+// text on every call of the run (its handle is remembered in st.Blobs), so
+// a forwarded prefix stays byte-identical from call to call and prompt
+// caches keep hitting. A body with no output to cut comes back as the
+// same slice; one holding no string longer than the limit is not read.
+func (rw *Rewriter) Cut(api wire.API, body []byte, st *State) (out []byte, rep Report, err error) {
+	if !hasLongString(body, rw.inlineLimit()) {
+		return body, rep, nil
+	}
+	c := getConv()
+	defer putConv(c)
+	est, valid, ok := c.read(api, body)
+	rep = Report{TokensBefore: est, TokensAfter: est}
+	if !valid {
+		return body, rep, ErrInvalidBody
+	}
+	if !ok {
+		return body, rep, nil
+	}
+	if st == nil {
+		st = &State{}
+	}
+	cutOnly := *rw
+	cutOnly.DedupeMin = math.MaxInt
+	// The run's compression (summary, facts, dropped turns) belongs to
+	// Rewrite: Cut shares only the handles of the outputs it cut.
+	cst := &State{Blobs: st.Blobs}
+	p := &plan{rw: &cutOnly, c: c, st: cst, body: body, rep: &rep}
+	p.index()
+	if est, err = p.estimate(c.head); err != nil {
+		return body, rep, err
+	}
+	st.Blobs = cst.Blobs
+	if rep.Cut == 0 {
+		return body, rep, nil
+	}
+	if out, err = p.assemble(c.head); err != nil {
+		return body, rep, err
+	}
+	rep.Rewritten, rep.TokensAfter = true, est
+	return out, rep, nil
+}
+
+// hasLongString reports whether body holds a JSON string whose raw bytes
+// outnumber limit characters: a tool output to cut needs one, and most
+// requests have none, so this one pass of the string scanner is all they
+// pay.
+func hasLongString(body []byte, limit int) bool {
+	if len(body) <= limit {
+		return false
+	}
+	s := unsafe.String(unsafe.SliceData(body), len(body))
+	for i := 0; i < len(s); {
+		q := strings.IndexByte(s[i:], '"')
+		if q < 0 {
+			return false
+		}
+		start := i + q
+		end := jsonscan.SkipString(s, start)
+		if end < 0 {
+			return true // not JSON: let the reader say so
+		}
+		if end-start-2 > limit {
+			return true
+		}
+		i = end
+	}
+	return false
 }
 
 // convPool keeps the readings of past requests: their item lists, decoded

@@ -21,7 +21,7 @@ const LineContext = "context_rewrite"
 // and reuses the run's compressed prefix between compressions. The caller
 // holds the run's lock.
 func (p *Pipeline) rewriteContext(ctx context.Context, t *Turn, g *governance, now time.Time) []byte {
-	body := t.Call.Body
+	body := p.cutToolOutput(t, g, now)
 	if p.opts.Context == nil || !t.priced || t.price.ContextWindow <= 0 {
 		return body
 	}
@@ -37,24 +37,10 @@ func (p *Pipeline) rewriteContext(ctx context.Context, t *Turn, g *governance, n
 	if g.ctx == nil {
 		g.ctx = &contextmgr.State{}
 	}
-	rw := *p.opts.Context
+	rw, st, shadow := p.rewriter(t, g, now)
 	r := t.run
 	if f := p.summariser(t, g, now); f != nil {
 		rw.Summarise = f
-	}
-	shadow := g.term.EnforcementOf(LineContext) == policy.Shadow
-	st := g.ctx
-	if shadow {
-		// The decision is taken exactly as in enforce, on a copy of the
-		// state, and only recorded: no blob is kept for a cut that is not
-		// forwarded.
-		st = g.ctx.Clone()
-		rw.Blob = func(string) string { return "(not kept: shadow mode)" }
-	} else {
-		rw.Blob = func(text string) string {
-			h := p.keepBlob(r, g, g.toolState(), text, now)
-			return h + " (" + p.blobURL(r.ID, h) + ")"
-		}
 	}
 	out, rep, err := rw.Rewrite(ctx, t.Req.API, body, wm, st)
 	if err != nil {
@@ -69,5 +55,68 @@ func (p *Pipeline) rewriteContext(ctx context.Context, t *Turn, g *governance, n
 	}
 	r.Record(now, runstate.Event{Type: runstate.EventCompression, Detail: detail})
 	p.obs.Compression(t.Req.API.String(), rep.TokensBefore, rep.TokensAfter)
+	return out
+}
+
+// rewriter is the context manager as the run's policy sets it (the tool
+// output limits), with the run's state and its blob store; in shadow mode
+// (the context line's enforcement) a copy of the state, and no blob kept
+// for a cut that is not forwarded. The caller holds the run's lock.
+func (p *Pipeline) rewriter(t *Turn, g *governance, now time.Time) (rw contextmgr.Rewriter, st *contextmgr.State, shadow bool) {
+	rw = *p.opts.Context
+	to := g.limits.ToolOutput
+	rw.InlineLimit, rw.Head, rw.Tail = to.Inline, to.Head, to.Tail
+	rw.Keep = to.Keeps
+	if g.ctx == nil {
+		g.ctx = &contextmgr.State{}
+	}
+	st = g.ctx
+	r := t.run
+	if shadow = g.term.EnforcementOf(LineContext) == policy.Shadow; shadow {
+		// The decision is taken exactly as in enforce, on a copy of the
+		// state, and only recorded.
+		st = g.ctx.Clone()
+		rw.Blob = func(string) string { return "(not kept: shadow mode)" }
+	} else {
+		rw.Blob = func(text string) string {
+			h := p.keepBlob(r, g, g.toolState(), text, now)
+			return h + " (" + p.blobURL(r.ID, h) + ")"
+		}
+	}
+	return rw, st, shadow
+}
+
+// cutToolOutput cuts every tool output over the run's inline limit in the
+// request to forward (DESIGN §6): any API, any model, priced or not, on
+// every call of the run, into the same text each time. A tool output is
+// named in the run's events the first time it is cut. The caller holds
+// the run's lock.
+func (p *Pipeline) cutToolOutput(t *Turn, g *governance, now time.Time) []byte {
+	body := t.Call.Body
+	if to := g.limits.ToolOutput; p.opts.Context == nil || (to.Whole && len(to.WholeTools) == 0) {
+		return body
+	}
+	rw, st, shadow := p.rewriter(t, g, now)
+	out, rep, err := rw.Cut(t.Req.API, body, st)
+	r := t.run
+	if err != nil {
+		p.log.Warn("tool output cut failed; forwarding as sent", "run_id", r.ID, "err", err)
+		return body
+	}
+	if rep.Cut == 0 {
+		return body
+	}
+	for _, c := range rep.NewCuts {
+		detail := fmt.Sprintf("%s: %d of %d characters cut; full text: handle %s", c.Tool, c.CutChars, c.Chars, c.Handle)
+		if shadow {
+			p.shadow(r, runstate.Termination{Reason: LineContext, Detail: "would cut " + detail}, t.step, now)
+			continue
+		}
+		r.Record(now, runstate.Event{Type: runstate.EventToolOutputCut, Detail: detail})
+	}
+	if shadow {
+		return body
+	}
+	p.obs.ToolOutputCut(r.Tenant, rep.CutChars, rep.TokensBefore-rep.TokensAfter)
 	return out
 }

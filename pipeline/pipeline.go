@@ -38,6 +38,9 @@ type Observer interface {
 	UpstreamStart(runID, api, provider, model string, set func(key, value string)) any
 	// Compression reports a context rewrite: estimated tokens before and after.
 	Compression(api string, before, after int64)
+	// ToolOutputCut reports the long tool output a forwarded request left
+	// out (DESIGN §6): its characters and estimated tokens, by tenant.
+	ToolOutputCut(tenant string, chars, tokens int64)
 }
 
 // RunEnd is how a run ended, for metrics, the trace and the log line.
@@ -108,6 +111,7 @@ func (nopObserver) Reservation(string)                                 {}
 func (nopObserver) LoopDetection(string, string)                       {}
 func (nopObserver) Transition(string, string, string, time.Time)       {}
 func (nopObserver) Compression(string, int64, int64)                   {}
+func (nopObserver) ToolOutputCut(string, int64, int64)                 {}
 func (nopObserver) UpstreamStart(string, string, string, string, func(string, string)) any {
 	return nil
 }

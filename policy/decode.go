@@ -273,7 +273,62 @@ func (d decoder) limitsInto(l *Limits) error {
 	if err := d.string("summariser_model", &l.SummariserModel); err != nil {
 		return err
 	}
+	if err := d.toolOutputInto(&l.ToolOutput); err != nil {
+		return err
+	}
 	return d.string("paused_time", &l.PausedTime, PausedFlow, PausedFreeze)
+}
+
+// toolOutputInto reads limits.tool_output.
+func (d decoder) toolOutputInto(o *ToolOutput) error {
+	t, ok, err := d.sub("tool_output")
+	if err != nil || !ok {
+		return err
+	}
+	cut := !o.Whole
+	if err := t.bool("cut", &cut); err != nil {
+		return err
+	}
+	o.Whole = !cut
+	for _, f := range []struct {
+		key string
+		dst *int
+	}{{"inline", &o.Inline}, {"head", &o.Head}, {"tail", &o.Tail}} {
+		if err := t.int(f.key, f.dst); err != nil {
+			return err
+		}
+		if *f.dst < 0 {
+			return t.errf(f.key, "want a count of characters, not %d", *f.dst)
+		}
+	}
+	tools, ok, err := t.sub("tools")
+	if err != nil || !ok {
+		return err
+	}
+	o.WholeTools = make(map[string]bool, tools.obj.Len())
+	var ferr error
+	tools.obj.Foreach(func(k, _ *ast.Term) {
+		name, isStr := k.Value.(ast.String)
+		if ferr != nil {
+			return
+		}
+		if !isStr {
+			ferr = tools.errf(k.String(), "want a tool name")
+			return
+		}
+		tool, _, err := tools.sub(string(name))
+		if err != nil {
+			ferr = err
+			return
+		}
+		cut := !o.Whole
+		if err := tool.bool("cut", &cut); err != nil {
+			ferr = err
+			return
+		}
+		o.WholeTools[string(name)] = !cut
+	})
+	return ferr
 }
 
 func decodeBudget(v ast.Value) (Limits, error) {

@@ -31,6 +31,9 @@ func (e *Engine) Budget(ctx context.Context, in RunInput) (Limits, error) {
 	if err == nil && o.shared() && l.ToolQuotas != nil {
 		l.ToolQuotas = cloneMap(l.ToolQuotas)
 	}
+	if err == nil && o.shared() && l.ToolOutput.WholeTools != nil {
+		l.ToolOutput.WholeTools = cloneMap(l.ToolOutput.WholeTools)
+	}
 	if e.opts.DecisionLog != nil {
 		e.logDecisionFrom(s, start, qBudget, in, "", "", "", o, err, func() string {
 			return fmt.Sprintf("max_steps=%d deadline_ms=%d max_tokens=%d max_cost_usd=%g", l.MaxSteps, l.DeadlineMs, l.MaxTokens, l.MaxCostUSD)

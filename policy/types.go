@@ -68,6 +68,34 @@ type Limits struct {
 	// the summary of dropped turns (through the same upstream, charged to
 	// the run); without it the summary is extractive.
 	SummariserModel string `json:"summariser_model,omitempty"`
+	// ToolOutput is how long tool output is cut wherever it reaches a
+	// model (DESIGN §6, §8): the policy key tool_output.
+	ToolOutput ToolOutput `json:"tool_output,omitzero"`
+}
+
+// ToolOutput cuts a tool output longer than Inline characters to its first
+// Head and last Tail characters in every request the gateway forwards
+// (0: the defaults of DESIGN §8). Policy writes it as
+// {"cut": bool, "inline": n, "head": n, "tail": n, "tools": {name: {"cut": bool}}};
+// it is kept inverted (Whole, WholeTools) so that its zero value — a run
+// stored before the key existed — cuts, as the default does.
+type ToolOutput struct {
+	// Whole forwards every tool output whole ("cut": false).
+	Whole  bool `json:"whole,omitempty"`
+	Inline int  `json:"inline,omitempty"`
+	Head   int  `json:"head,omitempty"`
+	Tail   int  `json:"tail,omitempty"`
+	// WholeTools says, per tool name, whether its output goes whole: true
+	// for "cut": false, false for "cut": true (over Whole).
+	WholeTools map[string]bool `json:"whole_tools,omitempty"`
+}
+
+// Keeps reports whether a tool's output is forwarded whole.
+func (o ToolOutput) Keeps(tool string) bool {
+	if w, ok := o.WholeTools[tool]; ok {
+		return w
+	}
+	return o.Whole
 }
 
 // Paused time modes.
@@ -87,6 +115,7 @@ func DefaultLimits() Limits {
 		FinalReserve:           0.1,
 		PausedTime:             PausedFlow,
 		DefaultMaxOutputTokens: 4096,
+		ToolOutput:             ToolOutput{Inline: 4096, Head: 1500, Tail: 500},
 	}
 }
 

@@ -25,6 +25,10 @@ default_limits := {
 	"final_reserve": 0.1,
 	"paused_time": "flow",
 	"default_max_output_tokens": 4096,
+	# Long tool output, cut in every forwarded request: head and tail
+	# inline, the full text behind a handle. "tools" turns the cut on or
+	# off per tool name: {"read_file": {"cut": false}}.
+	"tool_output": {"cut": true, "inline": 4096, "head": 1500, "tail": 500},
 }
 
 # Read by full path: object.get(data, …) would depend on every rule.

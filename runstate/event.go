@@ -10,7 +10,10 @@ const (
 	EventResumed     = "resumed"
 	EventWrapUp      = "wrap_up"
 	EventCompression = "compression"
-	EventSummary     = "summary_call"
+	// EventToolOutputCut names a tool output cut for the first time in a
+	// run's forwarded requests: the tool, the sizes, the handle.
+	EventToolOutputCut = "tool_output_cut"
+	EventSummary       = "summary_call"
 )
 
 // Event is one entry of a run's timeline. ElapsedMs is monotonic from the

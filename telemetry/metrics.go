@@ -35,6 +35,8 @@ type Metrics struct {
 	Compressions   *prometheus.CounterVec
 	TokensRemoved  *prometheus.CounterVec
 	CompressRatio  *prometheus.HistogramVec
+	// Long tool output left out of forwarded requests, by tenant.
+	CutChars, CutTokens *prometheus.CounterVec
 
 	// The series every call writes, looked up once per label values: a
 	// call's usage costs one map read instead of six label lookups.
@@ -159,10 +161,16 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "haltline_context_compression_ratio", Help: "Estimated tokens after compression divided by before.",
 			Buckets: prometheus.LinearBuckets(0.1, 0.1, 10),
 		}, []string{"api"}),
+		CutChars: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "haltline_tool_output_cut_characters_total", Help: "Characters of long tool output left out of forwarded requests.",
+		}, []string{"tenant"}),
+		CutTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "haltline_tool_output_cut_tokens_total", Help: "Estimated input tokens of long tool output left out of forwarded requests.",
+		}, []string{"tenant"}),
 	}
 	reg.MustRegister(m.Calls, m.CallDuration, m.Overhead, m.FirstByte, m.Tokens, m.Cost, m.TeamCost, m.RunsStarted,
 		m.RunsEnded, m.RunsActive, m.Terminations, m.Reservations, m.LoopDetections, m.Decisions,
-		m.DecisionTime, m.Compressions, m.TokensRemoved, m.CompressRatio)
+		m.DecisionTime, m.Compressions, m.TokensRemoved, m.CompressRatio, m.CutChars, m.CutTokens)
 	return m
 }
 
@@ -284,6 +292,15 @@ func (m *Metrics) Compression(api string, before, after int64) {
 	}
 	if before > 0 {
 		m.CompressRatio.WithLabelValues(api).Observe(float64(after) / float64(before))
+	}
+}
+
+// ToolOutputCut counts what a forwarded request left out of long tool
+// output.
+func (m *Metrics) ToolOutputCut(tenant string, chars, tokens int64) {
+	m.CutChars.WithLabelValues(tenant).Add(float64(chars))
+	if tokens > 0 {
+		m.CutTokens.WithLabelValues(tenant).Add(float64(tokens))
 	}
 }
 

@@ -132,6 +132,12 @@ func (o *Observer) UpstreamStart(runID, api, provider, model string, set func(ke
 // Compression implements pipeline.Observer.
 func (o *Observer) Compression(api string, before, after int64) { o.m.Compression(api, before, after) }
 
+// ToolOutputCut counts what a forwarded request left out of long tool
+// output.
+func (o *Observer) ToolOutputCut(tenant string, chars, tokens int64) {
+	o.m.ToolOutputCut(tenant, chars, tokens)
+}
+
 // PolicyDecision is policy.Options.DecisionLog: the decision's metrics and
 // a debug line (arguments only as their fingerprint).
 func (o *Observer) PolicyDecision(d policy.Decision) {
