@@ -149,7 +149,7 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Opt
 	p.ToolRegistry().SetBlobBaseURL("http://" + g.AdminAddr) // the link in a cut tool result
 	g.admin = &http.Server{
 		Handler: admin.Handler(admin.Options{Pipeline: p, Gatherer: reg, Token: cfg.Admin.Token, Logger: log,
-			Ready: st.Healthy}),
+			Ready: func() error { return errors.Join(st.Healthy(), g.data.Ready()) }}),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      60 * time.Second,
