@@ -3,10 +3,12 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -149,4 +151,46 @@ func sendWhileReading(t *testing.T, addr, head string, send func(io.Writer) erro
 		t.Fatalf("reading the answer's body: %v (read so far %q)", err, b)
 	}
 	return resp, b, <-sent
+}
+
+// The discarding of a refused body is bounded by limits.max_drain_bytes:
+// past it, or when the body is announced larger, the gateway closes the
+// connection rather than read on, however long the client would send.
+func TestRefusedBodyDrainIsBounded(t *testing.T) {
+	t.Parallel()
+	g := startGateway(t, spClosedURL(t), func(c *config.Config) {
+		c.VirtualKeys = map[string]config.Principal{"sk-agent-test": {Tenant: "acme"}}
+		c.Limits.MaxDrainBytes = 1 << 20
+	})
+	chunk := fmt.Appendf(nil, "%x\r\n%s\r\n", 64<<10, bytes.Repeat([]byte("x"), 64<<10))
+	for _, tc := range []struct {
+		desc    string
+		framing string
+	}{
+		{"endless chunked body", "Transfer-Encoding: chunked\r\n"},
+		{"Content-Length past the bound", "Content-Length: 1099511627776\r\n"},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			t.Parallel()
+			conn, err := net.DialTimeout("tcp", g.DataAddr, 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+			sent := make(chan error, 1)
+			go func() {
+				_, err := io.WriteString(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n"+
+					"Authorization: Bearer sk-unknown\r\n"+tc.framing+"\r\n")
+				for err == nil {
+					_, err = conn.Write(chunk)
+				}
+				sent <- err
+			}()
+			_, _ = io.ReadAll(conn)
+			if err := <-sent; errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatal("the gateway read on past limits.max_drain_bytes")
+			}
+		})
+	}
 }
