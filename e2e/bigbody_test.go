@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -84,7 +83,7 @@ func TestLargeBodyRefusalsArrive(t *testing.T) {
 				_, err := io.WriteString(w, "0\r\n\r\n")
 				return err
 			}
-			resp, body, sendErr := sendWhileReading(t, g.DataAddr, head, send)
+			resp, body, sent := rawExchange(t, g.DataAddr, head, send)
 			if resp.StatusCode != tc.status {
 				t.Fatalf("status %d, want %d: %s", resp.StatusCode, tc.status, body)
 			}
@@ -92,7 +91,7 @@ func TestLargeBodyRefusalsArrive(t *testing.T) {
 			if tc.status == 413 && !strings.Contains(string(body), "limit") {
 				t.Errorf("413 body %s", body)
 			}
-			if sendErr != nil {
+			if sendErr := <-sent; sendErr != nil {
 				t.Errorf("the gateway did not take the whole body: %v", sendErr)
 			}
 		})
@@ -117,40 +116,6 @@ func TestLargeBodyRefusalsArrive(t *testing.T) {
 	if n := len(up.requests()); n != 0 {
 		t.Fatalf("upstream saw %d calls", n)
 	}
-}
-
-// sendWhileReading writes head, then what send writes, on a new
-// connection to addr while it reads the answer, as HTTP clients do; it
-// returns the answer and send's error, once both are done.
-func sendWhileReading(t *testing.T, addr, head string, send func(io.Writer) error) (*http.Response, []byte, error) {
-	t.Helper()
-	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(60 * time.Second))
-	sent := make(chan error, 1)
-	go func() {
-		w := bufio.NewWriterSize(conn, 64<<10)
-		_, err := io.WriteString(w, head)
-		if err == nil {
-			err = send(w)
-		}
-		if ferr := w.Flush(); err == nil {
-			err = ferr
-		}
-		sent <- err
-	}()
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil {
-		t.Fatalf("reading the answer: %v", err)
-	}
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("reading the answer's body: %v (read so far %q)", err, b)
-	}
-	return resp, b, <-sent
 }
 
 // The discarding of a refused body is bounded by limits.max_drain_bytes:
