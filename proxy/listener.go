@@ -18,7 +18,7 @@ import (
 // keep its port open with nothing accepting. Here every error but the
 // listener's close is retried with backoff, and ready reports it meanwhile.
 //
-// It also bounds the open connections, in total and per client address:
+// It also bounds the open TCP connections, in total and per client address:
 // a connection past either bound is answered 503 and closed before
 // anything of it is read, by the accepting goroutine (a few hundred bytes
 // into an empty socket buffer never block it). TCP connections come out

@@ -292,7 +292,7 @@ func Credentials(keys map[string]config.Principal) pipeline.Credentials {
 }
 
 // readBody reads the request body up to the limit: errTooLarge when it
-// is larger, or the read's error (refusedBody renders both).
+// is larger, or the read's error (refuseBody renders both).
 func readBody(ctx *fasthttp.RequestCtx, limit int64) ([]byte, error) {
 	body, _, err := readBodyInto(ctx, limit, nil)
 	return body, err
