@@ -27,7 +27,8 @@ type Options struct {
 	// Token, when set, is required as a bearer token on /api/v1/*.
 	Token  string
 	Logger *slog.Logger
-	// Ready reports readiness (store reachable, policy loaded); nil = ready.
+	// Ready reports readiness (store reachable, data plane accepting
+	// connections); nil = ready.
 	Ready func() error
 	// Listen is the address the control plane listens on (host:port, as
 	// bound): its own origin, and under loopback or every address, each

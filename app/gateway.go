@@ -151,8 +151,8 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Opt
 	p.ToolRegistry().SetBlobBaseURL("http://" + g.AdminAddr) // the link in a cut tool result
 	g.admin = &http.Server{
 		Handler: admin.Handler(admin.Options{Pipeline: p, Gatherer: reg, Token: cfg.Admin.Token, Logger: log,
-			Ready: st.Healthy, Listen: g.AdminAddr, AllowedHosts: adminHosts(cfg.Admin),
-			AllowedOrigins: cfg.Admin.AllowedOrigins}),
+			Ready: func() error { return errors.Join(st.Healthy(), g.data.Ready()) }, Listen: g.AdminAddr,
+			AllowedHosts: adminHosts(cfg.Admin), AllowedOrigins: cfg.Admin.AllowedOrigins}),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      60 * time.Second,

@@ -165,6 +165,40 @@ type Limits struct {
 	UpstreamTimeout time.Duration `yaml:"upstream_timeout"`
 	// ReservationLease is how long a reservation lives without news from its call.
 	ReservationLease time.Duration `yaml:"reservation_lease"`
+
+	// MaxConnections bounds the data plane's open client connections
+	// (default 10,000; 0: no bound). A connection past it is answered 503
+	// with Connection: close at once, without reading it. Keep it under
+	// the process's open-file limit, with room for the upstream
+	// connections (one per call in flight): past that limit, accepting
+	// fails until descriptors are free again (the gateway retries, and
+	// /readyz answers 503 meanwhile).
+	MaxConnections int `yaml:"max_connections"`
+	// MaxConnectionsPerIP bounds the open connections from one client
+	// address (default 0: no bound), refused like those past
+	// MaxConnections. Off by default because a sidecar sees every agent
+	// as 127.0.0.1; set it when many hosts share one gateway.
+	MaxConnectionsPerIP int `yaml:"max_connections_per_ip"`
+	// HeaderTimeout bounds the reading of a request's headers: from the
+	// connection's opening for its first request, from the first byte for
+	// later ones (default 10 s). A client that trickles its headers is
+	// answered 408 and closed.
+	HeaderTimeout time.Duration `yaml:"header_timeout"`
+	// BodyTimeout bounds the reading of a request's body, counted from the
+	// end of its headers (default 60 s). It also bounds the discarding of
+	// a refused body (MaxDrainBytes).
+	BodyTimeout time.Duration `yaml:"body_timeout"`
+	// IdleTimeout is how long a keep-alive connection may wait for its
+	// next request (default 75 s: longer than the 60 s idle timeout of the
+	// common load balancers, so the gateway is not the side that closes a
+	// connection a balancer is about to reuse).
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// MaxDrainBytes is how much of a refused request's unread body (too
+	// large, unknown key, overload) is read and dropped before the answer,
+	// so that the client, still sending, reads the refusal instead of a
+	// connection reset (default 128 MiB; 0: close at once). A body
+	// announced larger is not read: its connection is closed.
+	MaxDrainBytes int64 `yaml:"max_drain_bytes"`
 }
 
 // Log selects the log output.
@@ -190,6 +224,11 @@ func Default() Config {
 			MaxResponseBytes:     64 << 20,
 			UpstreamTimeout:      10 * time.Minute,
 			ReservationLease:     15 * time.Minute,
+			MaxConnections:       10000,
+			HeaderTimeout:        10 * time.Second,
+			BodyTimeout:          60 * time.Second,
+			IdleTimeout:          75 * time.Second,
+			MaxDrainBytes:        128 << 20,
 		},
 		Log: Log{Format: "json", Level: "info"},
 	}
@@ -336,6 +375,23 @@ func (c *Config) Validate() error {
 	}
 	if c.Limits.ReservationLease <= 0 {
 		errs = append(errs, errors.New("limits.reservation_lease: must be positive"))
+	}
+	if c.Limits.MaxConnections < 0 {
+		errs = append(errs, errors.New("limits.max_connections: must not be negative (0: no bound)"))
+	}
+	if c.Limits.MaxConnectionsPerIP < 0 {
+		errs = append(errs, errors.New("limits.max_connections_per_ip: must not be negative (0: no bound)"))
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"header_timeout", c.Limits.HeaderTimeout}, {"body_timeout", c.Limits.BodyTimeout}, {"idle_timeout", c.Limits.IdleTimeout}} {
+		if d.v <= 0 {
+			errs = append(errs, fmt.Errorf("limits.%s: must be positive", d.name))
+		}
+	}
+	if c.Limits.MaxDrainBytes < 0 {
+		errs = append(errs, errors.New("limits.max_drain_bytes: must not be negative (0: never drain)"))
 	}
 	if c.Telemetry.OTLPEndpoint != "" {
 		urlOK("telemetry.otlp_endpoint", c.Telemetry.OTLPEndpoint)

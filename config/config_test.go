@@ -63,7 +63,7 @@ tools:
   search: {url: http://127.0.0.1:7002, level: L0}
 virtual_keys:
   sk-red-1: {tenant: acme, team: red, user: alice}
-limits: {upstream_timeout: 45s}
+limits: {upstream_timeout: 45s, header_timeout: 5s, max_connections_per_ip: 64}
 store: {retention: 168h}
 `))
 	if err != nil {
@@ -83,7 +83,8 @@ store: {retention: 168h}
 	if c.MCPServers["fs"].Tools["delete_file"].Level != "L2" || c.VirtualKeys["sk-red-1"].Team != "red" {
 		t.Fatalf("parsed %+v", c)
 	}
-	if c.Limits.UpstreamTimeout != 45*time.Second || c.Limits.MaxBodyBytes != 32<<20 {
+	if c.Limits.UpstreamTimeout != 45*time.Second || c.Limits.MaxBodyBytes != 32<<20 ||
+		c.Limits.HeaderTimeout != 5*time.Second || c.Limits.MaxConnectionsPerIP != 64 || c.Limits.MaxConnections != 10000 {
 		t.Fatalf("limits %+v", c.Limits)
 	}
 	if c.Store.Retention != 7*24*time.Hour || c.Store.DataDir != "./haltline-data" {
@@ -106,12 +107,16 @@ func TestValidateReportsEverything(t *testing.T) {
 	c.Store.Retention = 10 * time.Minute
 	c.Admin.AllowedHosts = []string{"http://haltline.internal/"}
 	c.Admin.AllowedOrigins = []string{"console.example", "https://console.example/ui/"}
+	c.Limits.MaxConnections = -1
+	c.Limits.HeaderTimeout = 0
+	c.Limits.MaxDrainBytes = -1
 	err := c.Validate()
 	if err == nil {
 		t.Fatal("want errors")
 	}
 	for _, want := range []string{"listen", "providers.openai.base_url", "tools.t", "virtual_keys.sk-sec", "store.sync:", "store.sync_interval", "store.retention",
-		"admin.allowed_hosts", `admin.allowed_origins: "console.example"`, `admin.allowed_origins: "https://console.example/ui/"`} {
+		"admin.allowed_hosts", `admin.allowed_origins: "console.example"`, `admin.allowed_origins: "https://console.example/ui/"`,
+		"limits.max_connections:", "limits.header_timeout", "limits.max_drain_bytes"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("missing %q in %v", want, err)
 		}

@@ -68,25 +68,45 @@ var spClient = &http.Client{Timeout: 30 * time.Second}
 // before reading all of it.
 func spRawExchange(t *testing.T, addr, head string, body []byte) (*http.Response, []byte) {
 	t.Helper()
+	resp, b, _ := rawExchange(t, addr, head, func(w io.Writer) error {
+		_, err := w.Write(body)
+		return err
+	})
+	return resp, b
+}
+
+// rawExchange writes head, then what send writes, on a fresh connection
+// to addr while it reads the answer, as HTTP clients do. sent gives the
+// writing's error once it ends (the connection's deadline bounds it).
+func rawExchange(t *testing.T, addr, head string, send func(io.Writer) error) (resp *http.Response, body []byte, sent <-chan error) {
+	t.Helper()
 	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	t.Cleanup(func() { conn.Close() })
+	_ = conn.SetDeadline(time.Now().Add(60 * time.Second))
+	errc := make(chan error, 1)
 	go func() {
-		_, _ = io.WriteString(conn, head)
-		_, _ = conn.Write(body)
+		w := bufio.NewWriterSize(conn, 64<<10)
+		_, err := io.WriteString(w, head)
+		if err == nil {
+			err = send(w)
+		}
+		if ferr := w.Flush(); err == nil {
+			err = ferr
+		}
+		errc <- err
 	}()
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	resp, err = http.ReadResponse(bufio.NewReader(conn), nil)
 	if err != nil {
 		t.Fatalf("reading the answer: %v", err)
 	}
-	b, err := io.ReadAll(resp.Body)
+	body, err = io.ReadAll(resp.Body)
 	if err != nil {
-		t.Fatalf("reading the answer's body: %v (read so far %q)", err, b)
+		t.Fatalf("reading the answer's body: %v (read so far %q)", err, body)
 	}
-	return resp, b
+	return resp, body, errc
 }
 
 // spClosedURL is the base URL of a port nothing listens on.

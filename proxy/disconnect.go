@@ -23,6 +23,9 @@ func watchHangup(conn net.Conn, onClose func()) (stop func()) {
 	if err != nil {
 		return func() {}
 	}
+	// The body's read deadline (Limits.BodyTimeout) is still armed: it
+	// would end the watch of a call that outlasts it.
+	_ = conn.SetReadDeadline(time.Time{})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -51,3 +51,20 @@ func TestWatchHangupAfter(t *testing.T) {
 		t.Fatal("the hang-up was not noticed")
 	}
 }
+
+// A call that outlasts the body's read deadline, still armed when its
+// watch starts, keeps its watch: the hang-up after it is noticed.
+func TestWatchHangupOutlastsReadDeadline(t *testing.T) {
+	server, client := tcpPair(t)
+	_ = server.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+	closed := make(chan struct{}, 1)
+	stop := watchHangup(server, func() { closed <- struct{}{} })
+	defer stop()
+	time.Sleep(60 * time.Millisecond) // past the deadline
+	client.Close()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the hang-up after the body's read deadline was not noticed")
+	}
+}

@@ -1,7 +1,11 @@
 // Package proxy is the HTTP front end: the fasthttp data-plane server, the
 // model routes of DESIGN §2, credentials (virtual keys or pass-through),
 // upstream clients with deadline-bounded retries, SSE relay chunk by chunk,
-// body limits, the detection of clients that hang up (fasthttp never
+// body limits, the bounds on client connections (in total and per
+// address, listener.go, whose Accept retries what a process out of
+// descriptors fails, and reports it for /readyz), the header, body and
+// idle timeouts, the discarding of a refused request's body so that its
+// refusal arrives, the detection of clients that hang up (fasthttp never
 // cancels a request on its own), and the sockets' reads and writes as raw
 // system calls (rawio.go: they never block on a nonblocking socket, and
 // the runtime's bookkeeping for calls that might woke its monitor thread

@@ -31,11 +31,7 @@ func (s *Server) model(ctx *fasthttp.RequestCtx, codec wire.Codec, prov *config.
 	body, release, rerr := s.readPooledBody(ctx, s.o.Limits.MaxBodyBytes)
 	if rerr != nil {
 		release()
-		if rerr == errBusy {
-			busy(ctx, codec)
-		} else {
-			tooLarge(ctx, codec)
-		}
+		refuseBody(ctx, codec, rerr)
 		return
 	}
 	// The body goes back to its pool once the call is settled: here, or at

@@ -32,9 +32,9 @@ func (s *Server) passThrough(ctx *fasthttp.RequestCtx) {
 		url += "?" + string(q)
 	}
 	// The body is read before the hang-up watch starts: both read the socket.
-	raw, ok := readBody(ctx, s.o.Limits.MaxBodyBytes)
-	if !ok {
-		tooLarge(ctx, codec)
+	raw, err := readBody(ctx, s.o.Limits.MaxBodyBytes)
+	if err != nil {
+		refuseBody(ctx, codec, err)
 		return
 	}
 	callCtx, cancel := context.WithTimeout(context.Background(), s.o.Limits.UpstreamTimeout)

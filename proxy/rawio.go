@@ -3,8 +3,10 @@ package proxy
 import (
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 )
@@ -181,14 +183,40 @@ func (r *rawIO) opError(op string, err error) error {
 	return &net.OpError{Op: op, Net: "tcp", Source: r.conn.LocalAddr(), Addr: r.conn.RemoteAddr(), Err: err}
 }
 
-// rawConn is an accepted TCP connection whose reads and writes are rawIO's.
+// rawConn is an accepted TCP connection whose reads and writes are
+// rawIO's (the net.Conn's own when io is nil).
 type rawConn struct {
 	*net.TCPConn
 	io *rawIO
+	// l counted the connection in (listener.admit), under addr; nil when
+	// uncounted.
+	l      *listener
+	addr   netip.Addr
+	closes atomic.Bool
 }
 
-func (c *rawConn) Read(p []byte) (int, error)  { return c.io.Read(p) }
-func (c *rawConn) Write(p []byte) (int, error) { return c.io.Write(p) }
+func (c *rawConn) Read(p []byte) (int, error) {
+	if c.io == nil {
+		return c.TCPConn.Read(p)
+	}
+	return c.io.Read(p)
+}
+
+func (c *rawConn) Write(p []byte) (int, error) {
+	if c.io == nil {
+		return c.TCPConn.Write(p)
+	}
+	return c.io.Write(p)
+}
+
+// Close closes the connection and counts it out of its listener, once.
+func (c *rawConn) Close() error {
+	err := c.TCPConn.Close()
+	if c.l != nil && !c.closes.Swap(true) {
+		c.l.closed(c.addr)
+	}
+	return err
+}
 
 // rawListener accepts connections as rawConn.
 type rawListener struct{ net.Listener }
@@ -198,8 +226,13 @@ func (l rawListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return c, err
 	}
+	return l.wrap(c), nil
+}
+
+// wrap returns c as a rawConn when it is a TCP connection.
+func (rawListener) wrap(c net.Conn) net.Conn {
 	if r := newRawIO(c); r != nil {
-		return &rawConn{TCPConn: c.(*net.TCPConn), io: r}, nil
+		return &rawConn{TCPConn: c.(*net.TCPConn), io: r}
 	}
-	return c, nil
+	return c
 }

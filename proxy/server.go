@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -55,6 +56,8 @@ type Server struct {
 	// bodies bounds the model calls' request bodies held at once; nil
 	// when Limits.MaxBodyBytesInFlight is 0 (no bound).
 	bodies *bodyBudget
+	// ln is the listener Serve accepts on; nil before.
+	ln atomic.Pointer[listener]
 }
 
 var (
@@ -95,14 +98,26 @@ func New(o Options) *Server {
 	s.srv = &fasthttp.Server{
 		Handler:            s.Handle,
 		ErrorHandler:       s.handleError,
+		ExpectHandler:      s.expect,
 		MaxRequestBodySize: int(o.Limits.MaxBodyBytes),
 		// Bodies are read by the handler (readBody), so an oversized one is
 		// refused in the caller's provider format, chunked or not: fasthttp
 		// itself would reset the request and lose which API it was for.
-		StreamRequestBody:     true,
-		ReadTimeout:           5 * time.Minute, // reading one request, body included
-		WriteTimeout:          0,               // never cut a long stream
-		IdleTimeout:           2 * time.Minute,
+		StreamRequestBody: true,
+		// A multipart body is forwarded as it came (pass-through); parsed
+		// ahead of the handler it would be spooled to disk first.
+		DisablePreParseMultipartForm: true,
+		// fasthttp's ReadTimeout runs from a connection's opening (its
+		// first request) or a request's first byte to the end of its
+		// body; headerReceived restarts it for the body at the end of
+		// the headers, which makes it the headers' own timeout.
+		ReadTimeout:    o.Limits.HeaderTimeout,
+		HeaderReceived: s.headerReceived,
+		WriteTimeout:   0, // never cut a long stream
+		IdleTimeout:    o.Limits.IdleTimeout,
+		// The listener refuses connections past Limits.MaxConnections
+		// itself; fasthttp's own bound must not be the lower one.
+		Concurrency:           max(o.Limits.MaxConnections, fasthttp.DefaultConcurrency),
 		NoDefaultServerHeader: true,
 		NoDefaultContentType:  true,
 		ReduceMemoryUsage:     false,
@@ -128,16 +143,62 @@ func (s *Server) fastFor(prov *config.Provider) *fastUpstream {
 	return s.fastOpenAI
 }
 
-// Serve accepts connections on ln until Shutdown; TCP connections read
-// and write with raw system calls (rawListener).
-func (s *Server) Serve(ln net.Listener) error { return s.srv.Serve(rawListener{ln}) }
+// Serve accepts connections on ln until Shutdown, within the bounds on
+// connections, retrying failed accepts (listener); TCP connections read
+// and write with raw system calls (rawConn).
+func (s *Server) Serve(ln net.Listener) error {
+	l := newListener(ln, s.log, s.o.Limits.MaxConnections, s.o.Limits.MaxConnectionsPerIP)
+	if fds := openFileLimit(); fds > 0 && uint64(l.max) > fds/2 {
+		// Each call in flight holds an upstream connection besides its
+		// client's.
+		s.log.Warn("limits.max_connections is more than half the open-file limit: "+
+			"at full load, accepting may fail until descriptors are free (retried; /readyz says so)",
+			"max_connections", l.max, "fd_limit", fds)
+	}
+	s.ln.Store(l)
+	return s.srv.Serve(l)
+}
+
+// Ready is nil while the data plane accepts connections, or says why it
+// does not (out of descriptors, at limits.max_connections): /readyz.
+func (s *Server) Ready() error {
+	if l := s.ln.Load(); l != nil {
+		return l.ready()
+	}
+	return nil
+}
+
+// headerReceived gives a request's body its own read timeout, counted from
+// the end of its headers (fasthttp.Server.ReadTimeout).
+func (s *Server) headerReceived(*fasthttp.RequestHeader) fasthttp.RequestConfig {
+	return fasthttp.RequestConfig{ReadTimeout: s.o.Limits.BodyTimeout}
+}
+
+// expect answers a request announcing a body over the limit with
+// Expect: 100-continue, before the client sends it.
+func (s *Server) expect(ctx *fasthttp.RequestCtx) int {
+	if n := ctx.Request.Header.ContentLength(); n > 0 && int64(n) > s.o.Limits.MaxBodyBytes {
+		tooLarge(ctx, codecFor(string(ctx.Path()), ctx.Request.Header.Peek("anthropic-version") != nil))
+		return fasthttp.StatusRequestEntityTooLarge
+	}
+	return fasthttp.StatusContinue
+}
 
 // Shutdown stops accepting and waits for calls in flight (streams included)
 // until ctx ends.
 func (s *Server) Shutdown(ctx context.Context) error { return s.srv.ShutdownWithContext(ctx) }
 
-// Handle routes one request.
+// Handle serves one request; a refusal's unread body is read and dropped
+// before it is sent (drain).
 func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
+	s.route(ctx)
+	if ctx.Response.StatusCode() >= 400 && ctx.Request.IsBodyStream() {
+		s.drain(ctx)
+	}
+}
+
+// route routes one request.
+func (s *Server) route(ctx *fasthttp.RequestCtx) {
 	path := string(ctx.Path())
 	post := ctx.IsPost()
 	switch {
@@ -165,14 +226,24 @@ func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
 // HTTP) in the provider format the path implies.
 func (s *Server) handleError(ctx *fasthttp.RequestCtx, err error) {
 	codec := codecFor(string(ctx.Path()), ctx.Request.Header.Peek("anthropic-version") != nil)
-	kind := wire.ErrInvalidRequest
-	msg := "malformed request"
-	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
-		kind, msg = wire.ErrTooLarge, "request body exceeds the gateway's limit"
+	kind, status, msg := wire.ErrInvalidRequest, 400, "malformed request"
+	var small *fasthttp.ErrSmallBuffer
+	switch {
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		kind, status, msg = wire.ErrTooLarge, 413, "request body exceeds the gateway's limit"
+	case isTimeout(err):
+		status, msg = 408, "request headers not received within limits.header_timeout"
+	case errors.As(err, &small):
+		status, msg = 431, "request headers too large"
 	}
 	ctx.Response.Reset()
-	writeAnswer(ctx, &pipeline.Answer{Status: kind.Status(), ContentType: "application/json", Body: codec.ErrorBody(kind, msg, nil)})
+	writeAnswer(ctx, &pipeline.Answer{Status: status, ContentType: "application/json", Body: codec.ErrorBody(kind, msg, nil)})
 	ctx.SetConnectionClose()
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 func codecFor(path string, anthropicHeader bool) wire.Codec {
@@ -220,11 +291,11 @@ func Credentials(keys map[string]config.Principal) pipeline.Credentials {
 	return c
 }
 
-// readBody reads the request body up to the limit; ok is false when it is
-// larger (the connection is then closed: the rest is never read).
-func readBody(ctx *fasthttp.RequestCtx, limit int64) (body []byte, ok bool) {
-	body, _, ok = readBodyInto(ctx, limit, nil)
-	return body, ok
+// readBody reads the request body up to the limit: errTooLarge when it
+// is larger, or the read's error (refuseBody renders both).
+func readBody(ctx *fasthttp.RequestCtx, limit int64) ([]byte, error) {
+	body, _, err := readBodyInto(ctx, limit, nil)
+	return body, err
 }
 
 // readPooledBody is readBody into a pooled buffer: a streamed body (one
@@ -252,7 +323,7 @@ func (s *Server) readPooledBody(ctx *fasthttp.RequestCtx, limit int64) (body []b
 		}
 	}
 	bufp := bodyPool.Get().(*[]byte)
-	body, grown, ok := readBodyInto(ctx, limit, (*bufp)[:0])
+	body, grown, err := readBodyInto(ctx, limit, (*bufp)[:0])
 	if extra := int64(len(body)) - held; grown && held > 0 && extra > 0 {
 		s.bodies.take(extra)
 		held += extra
@@ -273,8 +344,8 @@ func (s *Server) readPooledBody(ctx *fasthttp.RequestCtx, limit int64) (body []b
 		bodyPool.Put(bufp)
 		release = noRelease
 	}
-	if !ok {
-		return nil, release, errTooLarge
+	if err != nil {
+		return nil, release, err
 	}
 	return body, release, nil
 }
@@ -297,15 +368,18 @@ var bodyPool = sync.Pool{New: func() any { b := make([]byte, 0, bodyPoolSize); r
 // readBodyInto reads the body into buf (grown as needed) when it is
 // streamed; a body fasthttp already holds is returned as is (used reports
 // false).
-func readBodyInto(ctx *fasthttp.RequestCtx, limit int64, buf []byte) (body []byte, used, ok bool) {
+func readBodyInto(ctx *fasthttp.RequestCtx, limit int64, buf []byte) (body []byte, used bool, err error) {
 	if !ctx.Request.IsBodyStream() {
 		b := ctx.PostBody()
-		return b, false, int64(len(b)) <= limit
+		if int64(len(b)) > limit {
+			return nil, false, errTooLarge
+		}
+		return b, false, nil
 	}
 	n := ctx.Request.Header.ContentLength()
 	if int64(n) > limit {
 		ctx.SetConnectionClose()
-		return nil, false, false
+		return nil, false, errTooLarge
 	}
 	// Room for the whole body and the MinRead that ReadFrom wants free
 	// before it sees EOF: a body that filled its buffer's allocation would
@@ -313,25 +387,70 @@ func readBodyInto(ctx *fasthttp.RequestCtx, limit int64, buf []byte) (body []byt
 	b := bytes.NewBuffer(slices.Grow(buf[:0], max(n, 0)+bytes.MinRead))
 	if _, err := b.ReadFrom(io.LimitReader(ctx.RequestBodyStream(), limit+1)); err != nil {
 		ctx.SetConnectionClose()
-		return nil, false, false
+		return nil, false, err
 	}
 	if int64(b.Len()) > limit {
 		ctx.SetConnectionClose()
-		return nil, false, false
+		return nil, false, errTooLarge
 	}
-	return b.Bytes(), true, true
+	return b.Bytes(), true, nil
 }
 
-// busy answers 503 in the provider's format (Anthropic's overloaded_error),
-// which the official SDKs retry after Retry-After.
-func busy(ctx *fasthttp.RequestCtx, codec wire.Codec) {
-	ctx.Response.Header.Set("Retry-After", "1")
-	writeAnswer(ctx, &pipeline.Answer{Status: 503, ContentType: "application/json",
-		Body: codec.ErrorBody(wire.ErrUnavailable, "the gateway holds too many request bodies; retry shortly", nil)})
+// bodyRefusal is the status, error kind and message of a body that could
+// not be read whole (readBody, readPooledBody).
+func bodyRefusal(err error) (status int, kind wire.ErrorKind, msg string) {
+	switch {
+	case err == errBusy:
+		return 503, wire.ErrUnavailable, "the gateway holds too many request bodies; retry shortly"
+	case err == errTooLarge:
+		return 413, wire.ErrTooLarge, err.Error()
+	case isTimeout(err):
+		return 408, wire.ErrInvalidRequest, "request body not received within limits.body_timeout"
+	}
+	return 400, wire.ErrInvalidRequest, "request body could not be read"
 }
+
+// refuseBody answers a body that could not be read whole in the provider's
+// format; a 503 (Anthropic's overloaded_error) carries Retry-After, which
+// the official SDKs wait before they retry.
+func refuseBody(ctx *fasthttp.RequestCtx, codec wire.Codec, err error) {
+	status, kind, msg := bodyRefusal(err)
+	if status == 503 {
+		ctx.Response.Header.Set("Retry-After", "1")
+	}
+	writeAnswer(ctx, &pipeline.Answer{Status: status, ContentType: "application/json", Body: codec.ErrorBody(kind, msg, nil)})
+}
+
+// drain reads and drops what a refused request's handler left unread of
+// its body, up to Limits.MaxDrainBytes and within the body's read
+// timeout: a connection closed with bytes unread is reset by the kernel,
+// and a client still sending its body then sees the reset, not the
+// refusal (and an SDK retries, sending it all again). A body announced
+// larger is not read: its connection is closed at once. Nothing is held:
+// the bytes go through one pooled buffer.
+func (s *Server) drain(ctx *fasthttp.RequestCtx) {
+	limit := s.o.Limits.MaxDrainBytes
+	if n := ctx.Request.Header.ContentLength(); limit <= 0 || int64(n) > limit {
+		ctx.SetConnectionClose()
+		return
+	}
+	bufp := drainPool.Get().(*[]byte)
+	defer drainPool.Put(bufp)
+	r := ctx.RequestBodyStream()
+	for read := int64(0); read <= limit; {
+		n, err := r.Read(*bufp)
+		read += int64(n)
+		if err == io.EOF {
+			return
+		}
+		if err != nil {
+			break
+		}
+	}
+	ctx.SetConnectionClose()
+}
+
+var drainPool = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
 
 // tooLarge answers 413 in the provider's format.
-func tooLarge(ctx *fasthttp.RequestCtx, codec wire.Codec) {
-	writeAnswer(ctx, &pipeline.Answer{Status: 413, ContentType: "application/json",
-		Body: codec.ErrorBody(wire.ErrTooLarge, "request body exceeds the gateway's limit", nil)})
-}
+func tooLarge(ctx *fasthttp.RequestCtx, codec wire.Codec) { refuseBody(ctx, codec, errTooLarge) }

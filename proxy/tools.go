@@ -163,9 +163,10 @@ func (s *Server) mcpRoute(ctx *fasthttp.RequestCtx) {
 		tr.passMCP(ctx, target, nil, false)
 		return
 	}
-	body, ok := readBody(ctx, tr.s.o.Limits.MaxBodyBytes)
-	if !ok {
-		writeRPC(ctx, 413, mcp.ErrorMessage(nil, mcp.CodeInvalidRequest, "request body exceeds the gateway's limit", nil))
+	body, err := readBody(ctx, tr.s.o.Limits.MaxBodyBytes)
+	if err != nil {
+		status, _, msg := bodyRefusal(err)
+		writeRPC(ctx, status, mcp.ErrorMessage(nil, mcp.CodeInvalidRequest, msg, nil))
 		return
 	}
 	ctx.SetUserValue(bodyKey{}, body)
@@ -516,9 +517,14 @@ func (s *Server) httpToolRoute(ctx *fasthttp.RequestCtx) {
 		writeToolError(ctx, 401, map[string]any{"type": "authentication_error", "message": "unknown API key"})
 		return
 	}
-	body, ok := readBody(ctx, s.o.Limits.MaxBodyBytes)
-	if !ok {
-		writeToolError(ctx, 413, map[string]any{"type": "request_too_large", "message": "request body exceeds the gateway's limit"})
+	body, err := readBody(ctx, s.o.Limits.MaxBodyBytes)
+	if err != nil {
+		status, _, msg := bodyRefusal(err)
+		kind := "invalid_request"
+		if status == 413 {
+			kind = "request_too_large"
+		}
+		writeToolError(ctx, status, map[string]any{"type": kind, "message": msg})
 		return
 	}
 	args := httpArguments(body, ctx.QueryArgs(), sub)
