@@ -99,9 +99,9 @@ func startBrowser(t *testing.T) *browser {
 	t.Helper()
 	var ctx context.Context
 	var u string
-	// A Chromium that never printed its DevTools address (once in the
-	// nineteenth session's CI runs, on a loaded machine; it prints it in
-	// 0.3–0.6 s) is started once more with a new profile.
+	// A Chromium that never printed its DevTools address (seen once on a
+	// loaded CI machine; it prints it in 0.3–0.6 s) is started once more
+	// with a new profile.
 	for attempt := 1; ; attempt++ {
 		var ok bool
 		if ctx, u, ok = launchChromium(t); ok {

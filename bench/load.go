@@ -267,8 +267,7 @@ type saturation struct {
 	ProxySwitches float64    `json:"proxy_switches_per_req,omitempty"`
 	MockCPUus     float64    `json:"mock_cpu_us_per_req"`
 	// Held is PeakConc held for -sat-hold; SearchRPS and SearchCPUus are
-	// the search's best level, which the figures above were until the
-	// thirtieth session.
+	// the search's best level (the figures above with -sat-hold 0).
 	Held        *satLevel `json:"held,omitempty"`
 	SearchRPS   float64   `json:"search_peak_rps,omitempty"`
 	SearchCPUus float64   `json:"search_proxy_cpu_us_per_req,omitempty"`

@@ -106,8 +106,8 @@ func (n *nginxInfo) hasModule(name string) bool {
 //     preallocated connection table costs in RSS (about 0.5 KB each): in an
 //     hour when a proxy stalls for seconds the open-loop load opens a
 //     thousand connections a second, and a request takes two of nginx's
-//     (4,096 ran out in the thirtieth session's 200 KB phase, nginx's
-//     p99 at 8 s, and it closed connections in use).
+//     (4,096 ran out in a slow hour's 200 KB phase, nginx's p99 at 8 s,
+//     and it closed connections in use).
 func nginxConfig(n *nginxInfo, dir, listen, upstream string) (string, error) {
 	tmp := filepath.Join(dir, "nginx-tmp")
 	if err := os.MkdirAll(tmp, 0o755); err != nil {

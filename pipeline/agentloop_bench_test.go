@@ -80,7 +80,7 @@ func BenchmarkAgentLoopLineage(b *testing.B) { agentLoop(b, nil, true) }
 // CPU's caches emptied of the gateway before each call, as they are at
 // 1,000 calls/s, where the core idles or runs the upstream between calls:
 // there Begin and Finish took 3–4 times their in-process time, every stage
-// alike (seventeenth session), and that regime decides the harness's p50
+// alike, and that regime decides the harness's p50
 // at 1,000 req/s. Writing coldCacheBytes between calls evicts the L1 and
 // L2 caches (48 KiB and 2 MiB a core on the development machine), which
 // reproduces about half of it (twice the warm time); the rest, the

@@ -255,9 +255,8 @@ func (s *segment) write(rec []byte, raw bool) error {
 // monitor thread, sysmon, which then polls every 20 µs until the process
 // looks idle again. At 1,000 calls/s that was 14–18 % of the gateway's
 // CPU, woken by this write and the call log's (the last per-call system
-// calls that were not a socket's, whose are raw since the twelfth
-// session; the log's now lingers, see telemetry.LogWriter). A raw call
-// keeps the processor (the P) for its duration, which is a few
+// calls that were not a socket's, whose are raw; the log's now lingers,
+// see telemetry.LogWriter). A raw call keeps the processor (the P) for its duration, which is a few
 // microseconds for an append to the page cache, but would be the whole
 // stall if the file system held the write: the caller (Bolt.commit) takes
 // this path only while nothing in the store is fsyncing or checkpointing,
