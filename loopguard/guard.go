@@ -298,12 +298,51 @@ func (g *Guard) detectStall() *Verdict {
 	if cnt < n {
 		return nil
 	}
+	// The most specific name: a stall whose steps repeat with a short
+	// period is a cycle the cycle detector had not caught yet (its evidence
+	// needs two full periods with nothing new observed), named as one.
+	if p := g.stallPeriod(last, lo); p > 0 {
+		fps := make([]Fingerprint, 0, p)
+		for j := p - 1; j >= 0; j-- {
+			fps = appendStepFPs(fps, g.at(last-j))
+		}
+		return g.verdict(ReasonLoop, DetectorCycle, g.at(last).step, fps,
+			fmt.Sprintf("%d steps in a row observed nothing new, repeating a cycle of period %d", cnt, p))
+	}
 	var fps []Fingerprint
 	for j := i + 1; j <= last; j++ {
 		fps = appendStepFPs(fps, g.at(j))
 	}
 	return g.verdict(ReasonStalled, DetectorStall, g.at(last).step, fps,
 		fmt.Sprintf("%d steps in a row observed nothing new", cnt))
+}
+
+// stallMaxCyclePeriod is the longest period for which a stall is named a
+// cycle.
+const stallMaxCyclePeriod = 3
+
+// stallPeriod returns the period (2 or 3) with which the steps up to last
+// repeat over two full periods, or 0: each of the last p steps makes the
+// same calls as the step p before it, and they are not all one call
+// repeated (a period-1 repeat is no cycle).
+func (g *Guard) stallPeriod(last, lo int) int {
+	for p := 2; p <= stallMaxCyclePeriod; p++ {
+		if last-2*p+1 < lo {
+			break
+		}
+		cycle := true
+		for j := 0; j < p && cycle; j++ {
+			cycle = g.at(last - j).sameCalls(g.at(last - j - p))
+		}
+		constant := true
+		for j := 1; j < p && constant; j++ {
+			constant = g.at(last).sameCalls(g.at(last - j))
+		}
+		if cycle && !constant {
+			return p
+		}
+	}
+	return 0
 }
 
 func appendStepFPs(fps []Fingerprint, s *stepRec) []Fingerprint {
