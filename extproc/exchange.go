@@ -295,6 +295,8 @@ func (x *exchange) responseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResp
 			out = append(append([]byte(nil), out...), x.t.End()...)
 			x.ended = true
 			x.s.p.Finish(x.ctx, x.t, pipeline.Outcome{Status: x.status, Streamed: true, UpstreamWait: time.Since(x.sent)})
+			// A held tool call goes out judged: as it came, or replaced.
+			out = append(out, x.t.Release()...)
 		}
 		if bytes.Equal(out, chunk) {
 			return bodyResponse(true, nil, nil)

@@ -112,8 +112,12 @@ type Turn struct {
 	price      accounting.Price
 	priced     bool
 	tap        wire.StreamTap
-	started    time.Time
-	finished   bool
+	// A streamed tool call held until judged (Feed, Release): the tap's
+	// bytes since it began, and what replaces them when the run ends on it.
+	holding, released bool
+	held, replacement []byte
+	started           time.Time
+	finished          bool
 	// For the call's report: what settle read, and the observer's handle.
 	usage        wire.Usage
 	cost         accounting.Money
@@ -137,8 +141,51 @@ type Turn struct {
 }
 
 // Feed passes a piece of the upstream stream through the usage tap and
-// returns what the client must receive.
-func (t *Turn) Feed(chunk []byte) []byte { return t.streamTap().Feed(chunk) }
+// returns what the client must receive now.
+//
+// From the read in which a tool call's first event arrives, Feed returns
+// nothing and keeps the tap's bytes until Finish has judged the answer;
+// Release then gives them (or their replacement). The hold lasts to the
+// upstream's end rather than to the call's last delta: tool calls end a
+// turn in all three APIs, so little follows them but the finish and the
+// usage, and judging the whole answer is judging it as the non-streamed
+// path does, with the same code. Text that arrived before keeps flowing
+// as it arrives; text that shares the tool call's first read waits with it.
+func (t *Turn) Feed(chunk []byte) []byte {
+	tap := t.streamTap()
+	out := tap.Feed(chunk)
+	switch {
+	case t.released:
+		if t.replacement != nil {
+			return nil // the stream was ended by the final answer
+		}
+		return out
+	case !t.holding && !tap.ToolStarted():
+		return out
+	}
+	t.holding = true
+	t.held = append(t.held, out...)
+	return nil
+}
+
+// Holding reports that Feed holds a tool call that Release has not given
+// out yet: the front end settles (Finish) before the stream's last bytes.
+func (t *Turn) Holding() bool { return t.holding && !t.released }
+
+// Release returns, once Finish ran, what Feed held: the upstream's bytes
+// unchanged when the run goes on, or the final answer that ends the same
+// stream when it ended on this answer. It returns nil when nothing is
+// held, and gives the bytes once.
+func (t *Turn) Release() []byte {
+	if !t.Holding() {
+		return nil
+	}
+	t.released = true
+	if t.replacement != nil {
+		return t.replacement
+	}
+	return t.held
+}
 
 // Terminal reports whether event, one whole SSE event not yet fed, is the
 // stream's terminal event.
@@ -155,12 +202,18 @@ func (t *Turn) streamTap() wire.StreamTap {
 // end settles (Finish) before it relays those bytes.
 func (t *Turn) Done() bool { return t.tap != nil && t.tap.Done() }
 
-// End returns what the tap still holds at the end of the stream.
+// End returns what the tap still holds at the end of the stream (kept
+// with a held tool call, for Release).
 func (t *Turn) End() []byte {
 	if t.tap == nil {
 		return nil
 	}
-	return t.tap.End()
+	out := t.tap.End()
+	if t.Holding() {
+		t.held = append(t.held, out...)
+		return nil
+	}
+	return out
 }
 
 // RunID is the name of the run the call was attributed to, as its

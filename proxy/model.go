@@ -223,6 +223,8 @@ type streamTurn interface {
 	Terminal(event []byte) bool
 	Done() bool
 	End() []byte
+	Holding() bool
+	Release() []byte
 }
 
 func (b *streamBody) Read(p []byte) (int, error) {
@@ -281,6 +283,10 @@ func (b *streamBody) feed() []byte {
 				s.Settled() // the settlement cancels the turn: not the relay's last bytes
 			}
 			b.settle(pipeline.Outcome{Streamed: true})
+			// A held tool call goes out judged: as it came, or replaced.
+			if held := b.t.Release(); held != nil {
+				fwd = held
+			}
 		}
 	}
 	if err != nil {
@@ -290,6 +296,12 @@ func (b *streamBody) feed() []byte {
 		b.ended = true
 		// fwd may alias the tap's buffer, which End reuses.
 		b.tail = append(append(b.tail[:0], fwd...), b.t.End()...)
+		if b.t.Holding() {
+			// The upstream ended before its terminal event with a tool
+			// call held: it is judged before anything of it goes out.
+			b.settle(pipeline.Outcome{Streamed: true, Err: b.err})
+			b.tail = append(b.tail, b.t.Release()...)
+		}
 		return b.tail
 	}
 	return fwd

@@ -61,7 +61,7 @@ func TestStreamBodyCutsAReadForTheFirstAndTerminalEvents(t *testing.T) {
 				settledAt, settles := -1, 0
 				buf := make([]byte, 64<<10)
 				b := &streamBody{
-					up: io.NopCloser(strings.NewReader(tc.stream)), t: tc.tap(), buf: &buf,
+					up: io.NopCloser(strings.NewReader(tc.stream)), t: tapOnly{tc.tap()}, buf: &buf,
 					settle: func(pipeline.Outcome) {
 						if settles++; settles == 1 {
 							settledAt = got.Len()
@@ -133,7 +133,7 @@ func TestStreamBurstIsOneChunkOnTheWire(t *testing.T) {
 		buf := make([]byte, 64<<10)
 		ctx.Response.SetBodyStream(&streamBody{
 			up: io.NopCloser(strings.NewReader(stream)), buf: &buf,
-			t:      openai.Chat{}.NewStreamTap(&wire.Request{Stream: true}),
+			t:      tapOnly{openai.Chat{}.NewStreamTap(&wire.Request{Stream: true})},
 			settle: func(pipeline.Outcome) {}, done: func() {},
 		}, -1)
 	}}
@@ -184,3 +184,9 @@ func TestStreamBurstIsOneChunkOnTheWire(t *testing.T) {
 		t.Fatalf("chunks of %v bytes, want %v", sizes, want)
 	}
 }
+
+// tapOnly is a stream turn that relays through a tap and holds nothing.
+type tapOnly struct{ wire.StreamTap }
+
+func (tapOnly) Holding() bool   { return false }
+func (tapOnly) Release() []byte { return nil }

@@ -2,15 +2,18 @@ package runstate
 
 // Event types.
 const (
-	EventTransition  = "transition"
-	EventModelCall   = "model_call"
-	EventToolCall    = "tool_call"
-	EventTermination = "termination"
-	EventShadow      = "shadow"
-	EventResumed     = "resumed"
-	EventWrapUp      = "wrap_up"
-	EventCompression = "compression"
-	EventSummary     = "summary_call"
+	EventTransition = "transition"
+	EventModelCall  = "model_call"
+	EventToolCall   = "tool_call"
+	// EventToolWithheld is a tool call the model asked for and the gateway
+	// did not deliver: the run ended on that answer.
+	EventToolWithheld = "tool_withheld"
+	EventTermination  = "termination"
+	EventShadow       = "shadow"
+	EventResumed      = "resumed"
+	EventWrapUp       = "wrap_up"
+	EventCompression  = "compression"
+	EventSummary      = "summary_call"
 )
 
 // Event is one entry of a run's timeline. ElapsedMs is monotonic from the
