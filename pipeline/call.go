@@ -7,6 +7,7 @@ import (
 	"github.com/haltline/haltline/accounting"
 	"github.com/haltline/haltline/runstate"
 	"github.com/haltline/haltline/wire"
+	"github.com/haltline/haltline/wire/sse"
 )
 
 // Principal is who the agent's credential names.
@@ -116,8 +117,11 @@ type Turn struct {
 	// bytes since it began, and what replaces them when the run ends on it.
 	holding, released bool
 	held, replacement []byte
-	started           time.Time
-	finished          bool
+	// carry is the head of an event not yet whole (not yet relayed); whole
+	// the buffer of the events it completed.
+	carry, whole []byte
+	started      time.Time
+	finished     bool
 	// For the call's report: what settle read, and the observer's handle.
 	usage        wire.Usage
 	cost         accounting.Money
@@ -143,14 +147,18 @@ type Turn struct {
 // Feed passes a piece of the upstream stream through the usage tap and
 // returns what the client must receive now.
 //
-// From the read in which a tool call's first event arrives, Feed returns
-// nothing and keeps the tap's bytes until Finish has judged the answer;
-// Release then gives them (or their replacement). The hold lasts to the
-// upstream's end rather than to the call's last delta: tool calls end a
-// turn in all three APIs, so little follows them but the finish and the
-// usage, and judging the whole answer is judging it as the non-streamed
-// path does, with the same code. Text that arrived before keeps flowing
-// as it arrives; text that shares the tool call's first read waits with it.
+// From the read in which a tool call's first event is complete, Feed
+// returns nothing and keeps the tap's bytes until Finish has judged the
+// answer; Release then gives them (or their replacement). The hold lasts
+// to the upstream's end rather than to the call's last delta: tool calls
+// end a turn in all three APIs, so little follows them but the finish and
+// the usage, and judging the whole answer is judging it as the
+// non-streamed path does, with the same code. Text that arrived before
+// keeps flowing as it arrives; text that shares the tool call's first read
+// waits with it. Until the hold, only whole events go out (an event cut
+// by a read waits for its end, which no SSE client can do without): what
+// the client has is then always a stream that the final answer can
+// continue, and never the head of a tool call's event.
 func (t *Turn) Feed(chunk []byte) []byte {
 	tap := t.streamTap()
 	out := tap.Feed(chunk)
@@ -160,12 +168,34 @@ func (t *Turn) Feed(chunk []byte) []byte {
 			return nil // the stream was ended by the final answer
 		}
 		return out
-	case !t.holding && !tap.ToolStarted():
-		return out
+	case t.holding || tap.ToolStarted():
+		t.holding = true
+		t.held = append(append(t.held, t.carry...), out...)
+		t.carry = t.carry[:0]
+		return nil
 	}
-	t.holding = true
-	t.held = append(t.held, out...)
-	return nil
+	return t.wholeEvents(out)
+}
+
+// wholeEvents returns the whole events of the bytes carried from the last
+// Feed and out, and carries the bytes after the last one.
+func (t *Turn) wholeEvents(out []byte) []byte {
+	if len(t.carry) == 0 {
+		i := sse.LastEventEnd(out)
+		if i == len(out) {
+			return out // the common case: a read ends with an event
+		}
+		t.carry = append(t.carry, out[i:]...)
+		return out[:i]
+	}
+	t.carry = append(t.carry, out...)
+	i := sse.LastEventEnd(t.carry)
+	if i == 0 {
+		return nil
+	}
+	t.whole = append(t.whole[:0], t.carry[:i]...)
+	t.carry = append(t.carry[:0], t.carry[i:]...)
+	return t.whole
 }
 
 // Holding reports that Feed holds a tool call that Release has not given
@@ -212,6 +242,10 @@ func (t *Turn) End() []byte {
 	if t.Holding() {
 		t.held = append(t.held, out...)
 		return nil
+	}
+	if len(t.carry) > 0 { // an unterminated last event, passed on as it came
+		out = append(t.carry, out...)
+		t.carry = nil
 	}
 	return out
 }
