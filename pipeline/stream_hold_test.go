@@ -176,3 +176,46 @@ func TestStreamedToolCallHeldThenReleasedUnchanged(t *testing.T) {
 		}
 	}
 }
+
+// When the run ends on the answer, the held bytes are replaced in the same
+// stream: the events before the call and the text interleaved with it stay,
+// the call and the stream's end give way to the final answer, which ends
+// the stream as the API does and carries the upstream's usage.
+func TestStreamedToolCallReplacedByTheFinalAnswer(t *testing.T) {
+	t.Parallel()
+	for _, tc := range holdStreams {
+		t.Run(tc.desc, func(t *testing.T) {
+			t.Parallel()
+			req, err := tc.codec.ParseRequest([]byte(tc.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			tap := tc.codec.NewStreamTap(&req)
+			start := strings.Index(tc.stream, tc.tool)
+			start = strings.LastIndex(tc.stream[:start], "\n\n") + 2
+			sent := string(tap.Feed([]byte(tc.stream[:start])))
+			held := string(tap.Feed([]byte(tc.stream[start:]))) + string(tap.End())
+			got := sent + string(tap.Replace([]byte(held), "Stopped."))
+			if strings.Contains(got, tc.tool) {
+				t.Fatalf("a tool call left in the final answer:\n%s", got)
+			}
+			again := tc.codec.NewStreamTap(&req)
+			again.Feed([]byte(got))
+			again.End()
+			r := again.Response()
+			if !again.Done() || r.FinishReason != "stop" || len(r.ToolCalls) != 0 {
+				t.Fatalf("done %v finish %q calls %d:\n%s", again.Done(), r.FinishReason, len(r.ToolCalls), got)
+			}
+			if !strings.HasPrefix(r.Text, "Let me look.") || !strings.HasSuffix(r.Text, "Stopped.") {
+				t.Fatalf("text %q", r.Text)
+			}
+			asked := tc.codec.API() != wire.APIChat || req.IncludeUsage
+			if asked && (!r.HasUsage || r.Usage.OutputTokens != 20 || r.Usage.InputTokens != 300) {
+				t.Fatalf("usage %+v (%v)", r.Usage, r.HasUsage)
+			}
+			if !asked && r.HasUsage {
+				t.Fatalf("usage the client did not ask for: %+v", r.Usage)
+			}
+		})
+	}
+}
