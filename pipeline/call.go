@@ -169,7 +169,11 @@ func (t *Turn) Feed(chunk []byte) []byte {
 		}
 		return out
 	case t.holding || tap.ToolStarted():
-		t.holding = true
+		if !t.holding {
+			// Room for a tool call and the stream's end, usually whole.
+			t.holding = true
+			t.held = make([]byte, 0, max(4<<10, 2*(len(t.carry)+len(out))))
+		}
 		t.held = append(append(t.held, t.carry...), out...)
 		t.carry = t.carry[:0]
 		return nil

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/haltline/haltline/pipeline"
 	"github.com/haltline/haltline/wire"
@@ -216,6 +217,54 @@ func TestStreamedToolCallReplacedByTheFinalAnswer(t *testing.T) {
 			if !asked && r.HasUsage {
 				t.Fatalf("usage the client did not ask for: %+v", r.Usage)
 			}
+		})
+	}
+}
+
+// BenchmarkStreamRelay is the gateway's own work on a streamed answer read
+// event by event: the relay's cost per chunk (ns/chunk) and the time from
+// the first read to its text reaching the relay (first-text-ns), for a text
+// answer and for the same text followed by a tool call that is held and
+// then released.
+func BenchmarkStreamRelay(b *testing.B) {
+	text := holdStreams[0].stream[:strings.Index(holdStreams[0].stream, `"tool_calls"`)]
+	text = text[:strings.LastIndex(text, "\n\n")+2]
+	for _, bc := range []struct{ desc, stream string }{
+		{"text", text + strings.Repeat(text[strings.Index(text, "\n\n")+2:], 8) + "data: [DONE]\n\n"},
+		{"text then held tool call", holdStreams[0].stream},
+	} {
+		b.Run(bc.desc, func(b *testing.B) {
+			var chunks [][]byte
+			for s := bc.stream; s != ""; {
+				i := strings.Index(s, "\n\n") + 2
+				chunks = append(chunks, []byte(s[:i]))
+				s = s[i:]
+			}
+			p := newPipeline(b, nil, 0)
+			ctx := context.Background()
+			body := []byte(holdStreams[0].body)
+			var relay, first time.Duration
+			b.ReportAllocs()
+			n := 0
+			for b.Loop() {
+				// A run each: the same call again would be a loop.
+				n++
+				t := p.Begin(ctx, &pipeline.Call{Body: body, RunID: fmt.Sprintf("r-relay-%d", n)}, openai.Chat{})
+				start, seen := time.Now(), false
+				for _, c := range chunks {
+					out := t.Feed(c)
+					if !seen && bytes.Contains(out, []byte(`"content":"`)) {
+						first += time.Since(start)
+						seen = true
+					}
+				}
+				t.End()
+				relay += time.Since(start)
+				p.Finish(ctx, t, pipeline.Outcome{Status: 200, Streamed: true})
+				t.Release()
+			}
+			b.ReportMetric(float64(relay.Nanoseconds())/float64(b.N*len(chunks)), "ns/chunk")
+			b.ReportMetric(float64(first.Nanoseconds())/float64(b.N), "first-text-ns")
 		})
 	}
 }
