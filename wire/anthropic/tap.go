@@ -10,8 +10,9 @@ import (
 	"github.com/haltline/haltline/wire/sse"
 )
 
-// NewStreamTap reads a Messages SSE stream on the side. Nothing is ever held
-// back or changed in an Anthropic stream, so Feed returns its input.
+// NewStreamTap reads a Messages SSE stream on the side. Nothing is held
+// back or changed in an Anthropic stream, so Feed returns its input; when
+// the run ends on a tool call, Replace writes the final answer in its place.
 func (Messages) NewStreamTap(*wire.Request) wire.StreamTap {
 	t := &tap{}
 	t.onEvent = t.event // bound once: a method value per Feed would allocate
