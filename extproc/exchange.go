@@ -307,6 +307,8 @@ func (x *exchange) responseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResp
 				// an error rather than a clean end.
 				return x.immediate(x.t.CutAnswer(), true)
 			}
+			// A held tool call goes out judged: as it came, or replaced.
+			out = append(out, x.t.Release()...)
 		}
 		if bytes.Equal(out, chunk) {
 			return bodyResponse(true, nil, nil)

@@ -230,21 +230,8 @@ func (g *Guard) detectLoop(calls []Call) *Verdict {
 		if k-2*p+1 < lo || g.at(k-2*p+1).epoch != cur.epoch {
 			continue
 		}
-		cycle := true
-		for j := 0; j < p && cycle; j++ {
-			cycle = g.at(k - j).sameCalls(g.at(k - j - p))
-		}
-		// A constant pattern is a period-1 repeat, the same_in_row case.
-		constant := true
-		for j := 1; j < p && constant; j++ {
-			constant = g.at(k).sameCalls(g.at(k - j))
-		}
-		if cycle && !constant {
-			fps := make([]Fingerprint, 0, p)
-			for j := p - 1; j >= 0; j-- {
-				fps = appendStepFPs(fps, g.at(k-j))
-			}
-			return g.verdict(ReasonLoop, DetectorCycle, cur.step, fps,
+		if g.repeats(k, p) {
+			return g.verdict(ReasonLoop, DetectorCycle, cur.step, g.cycleFPs(k, p),
 				fmt.Sprintf("a cycle of period %d repeated with nothing new observed", p))
 		}
 	}
@@ -298,12 +285,60 @@ func (g *Guard) detectStall() *Verdict {
 	if cnt < n {
 		return nil
 	}
+	// The most specific name: a stall whose steps repeat with a short
+	// period is a cycle the cycle detector had not caught yet (its evidence
+	// needs two full periods with nothing new observed), named as one.
+	if p := g.stallPeriod(last, lo); p > 0 {
+		return g.verdict(ReasonLoop, DetectorCycle, g.at(last).step, g.cycleFPs(last, p),
+			fmt.Sprintf("%d steps in a row observed nothing new, repeating a cycle of period %d", cnt, p))
+	}
 	var fps []Fingerprint
 	for j := i + 1; j <= last; j++ {
 		fps = appendStepFPs(fps, g.at(j))
 	}
 	return g.verdict(ReasonStalled, DetectorStall, g.at(last).step, fps,
 		fmt.Sprintf("%d steps in a row observed nothing new", cnt))
+}
+
+// stallMaxCyclePeriod is the longest period for which a stall is named a
+// cycle.
+const stallMaxCyclePeriod = 3
+
+// stallPeriod returns the period (2 or 3) with which the steps up to last
+// repeat over two full periods, or 0.
+func (g *Guard) stallPeriod(last, lo int) int {
+	for p := 2; p <= stallMaxCyclePeriod && last-2*p+1 >= lo; p++ {
+		if g.repeats(last, p) {
+			return p
+		}
+	}
+	return 0
+}
+
+// repeats reports whether each of the p steps up to k makes the same calls
+// as the step p before it, and they are not all one call: a constant
+// pattern is a period-1 repeat, the same_in_row case.
+func (g *Guard) repeats(k, p int) bool {
+	for j := 0; j < p; j++ {
+		if !g.at(k - j).sameCalls(g.at(k - j - p)) {
+			return false
+		}
+	}
+	for j := 1; j < p; j++ {
+		if !g.at(k).sameCalls(g.at(k - j)) {
+			return true
+		}
+	}
+	return false
+}
+
+// cycleFPs are the fingerprints of one period of a cycle ending at step k.
+func (g *Guard) cycleFPs(k, p int) []Fingerprint {
+	fps := make([]Fingerprint, 0, p)
+	for j := p - 1; j >= 0; j-- {
+		fps = appendStepFPs(fps, g.at(k-j))
+	}
+	return fps
 }
 
 func appendStepFPs(fps []Fingerprint, s *stepRec) []Fingerprint {

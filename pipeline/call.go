@@ -9,6 +9,7 @@ import (
 	"github.com/haltline/haltline/accounting"
 	"github.com/haltline/haltline/runstate"
 	"github.com/haltline/haltline/wire"
+	"github.com/haltline/haltline/wire/sse"
 )
 
 // Principal is who the agent's credential names.
@@ -114,8 +115,15 @@ type Turn struct {
 	price      accounting.Price
 	priced     bool
 	tap        wire.StreamTap
-	started    time.Time
-	finished   bool
+	// A streamed tool call held until judged (Feed, Release): the tap's
+	// bytes since it began, and what replaces them when the run ends on it.
+	holding, released bool
+	held, replacement []byte
+	// carry is the head of an event not yet whole (not yet relayed); whole
+	// the buffer of the events it completed.
+	carry, whole []byte
+	started      time.Time
+	finished     bool
 	// For the call's report: what settle read, and the observer's handle.
 	usage        wire.Usage
 	cost         accounting.Money
@@ -139,8 +147,81 @@ type Turn struct {
 }
 
 // Feed passes a piece of the upstream stream through the usage tap and
-// returns what the client must receive.
-func (t *Turn) Feed(chunk []byte) []byte { return t.streamTap().Feed(chunk) }
+// returns what the client must receive now.
+//
+// From the read in which a tool call's first event is complete, Feed
+// returns nothing and keeps the tap's bytes until Finish has judged the
+// answer; Release then gives them (or their replacement). The hold lasts
+// to the upstream's end rather than to the call's last delta: tool calls
+// end a turn in all three APIs, so little follows them but the finish and
+// the usage, and judging the whole answer is judging it as the
+// non-streamed path does, with the same code. Text that arrived before
+// keeps flowing as it arrives; text that shares the tool call's first read
+// waits with it. Until the hold, only whole events go out (an event cut
+// by a read waits for its end, which no SSE client can do without): what
+// the client has is then always a stream that the final answer can
+// continue, and never the head of a tool call's event.
+func (t *Turn) Feed(chunk []byte) []byte {
+	tap := t.streamTap()
+	out := tap.Feed(chunk)
+	switch {
+	case t.released:
+		if t.replacement != nil {
+			return nil // the stream was ended by the final answer
+		}
+		return out
+	case t.holding || tap.ToolStarted():
+		if !t.holding {
+			// Room for a tool call and the stream's end, usually whole.
+			t.holding = true
+			t.held = make([]byte, 0, max(4<<10, 2*(len(t.carry)+len(out))))
+		}
+		t.held = append(append(t.held, t.carry...), out...)
+		t.carry = t.carry[:0]
+		return nil
+	}
+	return t.wholeEvents(out)
+}
+
+// wholeEvents returns the whole events of the bytes carried from the last
+// Feed and out, and carries the bytes after the last one.
+func (t *Turn) wholeEvents(out []byte) []byte {
+	if len(t.carry) == 0 {
+		i := sse.LastEventEnd(out)
+		if i == len(out) {
+			return out // the common case: a read ends with an event
+		}
+		t.carry = append(t.carry, out[i:]...)
+		return out[:i]
+	}
+	t.carry = append(t.carry, out...)
+	i := sse.LastEventEnd(t.carry)
+	if i == 0 {
+		return nil
+	}
+	t.whole = append(t.whole[:0], t.carry[:i]...)
+	t.carry = append(t.carry[:0], t.carry[i:]...)
+	return t.whole
+}
+
+// Holding reports that Feed holds a tool call that Release has not given
+// out yet: the front end settles (Finish) before the stream's last bytes.
+func (t *Turn) Holding() bool { return t.holding && !t.released }
+
+// Release returns, once Finish ran, what Feed held: the upstream's bytes
+// unchanged when the run goes on, or the final answer that ends the same
+// stream when it ended on this answer. It returns nil when nothing is
+// held, and gives the bytes once.
+func (t *Turn) Release() []byte {
+	if !t.Holding() {
+		return nil
+	}
+	t.released = true
+	if t.replacement != nil {
+		return t.replacement
+	}
+	return t.held
+}
 
 // Terminal reports whether event, one whole SSE event not yet fed, is the
 // stream's terminal event.
@@ -157,12 +238,22 @@ func (t *Turn) streamTap() wire.StreamTap {
 // end settles (Finish) before it relays those bytes.
 func (t *Turn) Done() bool { return t.tap != nil && t.tap.Done() }
 
-// End returns what the tap still holds at the end of the stream.
+// End returns what the tap still holds at the end of the stream (kept
+// with a held tool call, for Release).
 func (t *Turn) End() []byte {
 	if t.tap == nil {
 		return nil
 	}
-	return t.tap.End()
+	out := t.tap.End()
+	if t.Holding() {
+		t.held = append(t.held, out...)
+		return nil
+	}
+	if len(t.carry) > 0 { // an unterminated last event, passed on as it came
+		out = append(t.carry, out...)
+		t.carry = nil
+	}
+	return out
 }
 
 // Cut reports a stream that ended before its terminal event ([DONE],

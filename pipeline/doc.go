@@ -3,8 +3,9 @@
 // through the same three steps:
 //
 //	Begin  → parse → identify run → admit (DESIGN §5 order) → rewrite    (before forwarding)
-//	Feed   → usage read on the side while the response streams
+//	Feed   → usage read on the side while the response streams; a tool call held
 //	Finish → settle or release the reservation → loop/stall → record     (exactly once)
+//	Release → the held tool call, unchanged or replaced by the final answer
 //
 // It composes the domain packages (runstate, accounting, policy, loopguard)
 // and turns their verdicts into termination reasons, wrap-up calls and

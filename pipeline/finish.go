@@ -17,8 +17,8 @@ import (
 // detectors on the response, and records the transition. It runs exactly
 // once per Begin (later calls do nothing). For a non-streamed response it
 // may return an Answer that replaces the upstream's (the run ended on this
-// response, or the upstream failed); for a streamed one the answer is
-// already on the wire and the run ends at its next call.
+// response, or the upstream failed); a streamed one's held tool calls are
+// given out by Turn.Release, unchanged or replaced by the final answer.
 func (p *Pipeline) Finish(ctx context.Context, t *Turn, out Outcome) *Answer {
 	if t.finished {
 		return nil
@@ -303,13 +303,14 @@ func (p *Pipeline) settle(ctx context.Context, t *Turn, g *governance, resp *wir
 	r.Record(now, ev)
 }
 
-// toolStep handles a response that asks for tools: outstanding calls for
-// attribution, lineage, and the loop guard, which may end the run here.
+// toolStep handles a response that asks for tools: the tool gates and the
+// loop guard judge its calls, which may end the run on this answer. The
+// calls are then delivered (outstanding for attribution, counted) or, when
+// the run ended, withheld: a non-streamed answer is replaced by the ended
+// answer, a held stream (Turn.Feed) by the final answer in the same
+// stream, so a streamed agent stops at the same step as a non-streamed one.
 func (p *Pipeline) toolStep(t *Turn, g *governance, resp *wire.Response, out Outcome, now time.Time) *Answer {
 	r := t.run
-	if r.Outstanding == nil {
-		r.Outstanding = map[string]runstate.OutstandingCall{}
-	}
 	calls := make([]loopguard.Call, 0, len(resp.ToolCalls))
 	prints := make([]callPrints, 0, len(resp.ToolCalls))
 	for i, tc := range resp.ToolCalls {
@@ -321,25 +322,68 @@ func (p *Pipeline) toolStep(t *Turn, g *governance, resp *wire.Response, out Out
 			cp.anyAgent = anyAgent.String()
 		}
 		prints = append(prints, cp)
-		r.Outstanding[tc.ID] = runstate.OutstandingCall{Name: tc.Name, Fingerprint: s}
 		r.LastAction = &runstate.Action{Tool: tc.Name, ArgumentsHash: s}
-		r.Record(now, runstate.Event{Type: runstate.EventToolCall, Tool: tc.Name, ArgumentsHash: s})
 	}
-	r.Transition(runstate.ExecutingTools, now, strconv.Itoa(len(calls))+" tool call(s)")
 	p.governModelToolCalls(t, g, resp, prints, now)
 	if v := g.guard.Step(int(r.Counters.AgentSteps), calls); v != nil {
 		p.loopVerdict(t, g, v, now)
+	}
+	// A stream relayed without a hold (no tap) is on the wire already: its
+	// calls are delivered, and the run ends at its next call.
+	withhold := t.pendingEnd != nil && (!out.Streamed || t.Holding())
+	if !withhold {
+		p.deliverToolCalls(r, resp, prints, now)
 	}
 	if t.pendingEnd == nil {
 		return nil
 	}
 	term := *t.pendingEnd
 	t.pendingEnd = nil
+	if withhold {
+		p.withholdToolCalls(t, resp, prints, term, now)
+	}
 	p.terminate(r, g, term, runstate.Terminated, now)
+	if !withhold {
+		return nil
+	}
 	if out.Streamed {
-		return nil // already relayed; the next call is answered with the end
+		t.replacement = t.tap.Replace(t.held, finalText(r, r.Termination))
+		return nil
 	}
 	return p.endedAnswer(t, g)
+}
+
+// deliverToolCalls records the calls the agent receives: outstanding, for
+// the tool routes' attribution, and one event each.
+func (p *Pipeline) deliverToolCalls(r *runstate.Run, resp *wire.Response, prints []callPrints, now time.Time) {
+	if r.Outstanding == nil {
+		r.Outstanding = map[string]runstate.OutstandingCall{}
+	}
+	for i, tc := range resp.ToolCalls {
+		r.Outstanding[tc.ID] = runstate.OutstandingCall{Name: tc.Name, Fingerprint: prints[i].agent}
+		r.Record(now, runstate.Event{Type: runstate.EventToolCall, Tool: tc.Name, ArgumentsHash: prints[i].agent})
+	}
+	r.Transition(runstate.ExecutingTools, now, strconv.Itoa(len(resp.ToolCalls))+" tool call(s)")
+}
+
+// withholdToolCalls takes back the calls of an answer the run ended on:
+// tool_calls counts what the agent received, and each withheld call is an
+// event of its own that says why.
+func (p *Pipeline) withholdToolCalls(t *Turn, resp *wire.Response, prints []callPrints, term runstate.Termination, now time.Time) {
+	r := t.run
+	r.Counters.ToolCalls -= int64(len(resp.ToolCalls))
+	t.toolCalls = 0
+	why := term.Reason
+	if term.Detector != "" {
+		why += " (" + term.Detector + ")"
+	}
+	if term.Detail != "" {
+		why += ": " + term.Detail
+	}
+	for i, tc := range resp.ToolCalls {
+		r.Record(now, runstate.Event{Type: runstate.EventToolWithheld, Tool: tc.Name,
+			ArgumentsHash: prints[i].agent, Detail: why})
+	}
 }
 
 // transportFailure answers a call whose upstream never answered: the run's

@@ -18,8 +18,7 @@ type callPrints struct{ agent, anyAgent string }
 // toolStep, with the calls' fingerprints it computed): each tool call is
 // indexed for attribution at the tool routes, and asked of haltline.tool.
 // A denied call ends the run policy_denied through the turn's pending end:
-// a non-streamed response is replaced by the ended answer, a stream ends
-// the run at its next call. Approvals are the tool route's: the framework
+// the response (streamed or not) is replaced by the ended answer. Approvals are the tool route's: the framework
 // runs the call through it.
 func (p *Pipeline) governModelToolCalls(t *Turn, g *governance, resp *wire.Response, prints []callPrints, now time.Time) {
 	r := t.run

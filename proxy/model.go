@@ -226,6 +226,8 @@ type streamTurn interface {
 	End() []byte
 	Cut() bool
 	CutEvent() []byte
+	Holding() bool
+	Release() []byte
 }
 
 func (b *streamBody) Read(p []byte) (int, error) {
@@ -287,6 +289,10 @@ func (b *streamBody) feed() []byte {
 				s.Settled() // the settlement cancels the turn: not the relay's last bytes
 			}
 			b.settle(pipeline.Outcome{Streamed: true})
+			// A held tool call goes out judged: as it came, or replaced.
+			if held := b.t.Release(); held != nil {
+				fwd = held
+			}
 		}
 	}
 	if err != nil {
@@ -296,8 +302,17 @@ func (b *streamBody) feed() []byte {
 		b.ended = true
 		// fwd may alias the tap's buffer, which End reuses.
 		b.tail = append(append(b.tail[:0], fwd...), b.t.End()...)
+		// Whether the stream was cut is read before a held tool call is
+		// settled: the settlement ends the turn.
+		broken := b.t.Cut()
+		if b.t.Holding() {
+			// The upstream ended before its terminal event with a tool
+			// call held: it is judged before anything of it goes out.
+			b.settle(pipeline.Outcome{Streamed: true, Err: b.err})
+			b.tail = append(b.tail, b.t.Release()...)
+		}
 		b.sent(b.tail)
-		if b.broken = b.t.Cut(); b.broken && b.atEventEnd() {
+		if b.broken = broken; b.broken && b.atEventEnd() {
 			b.tail = append(b.tail, b.t.CutEvent()...)
 		}
 		return b.tail

@@ -122,6 +122,10 @@ type testTurn struct {
 	codec wire.Codec
 }
 
+// A test turn holds nothing back.
+func (*testTurn) Holding() bool   { return false }
+func (*testTurn) Release() []byte { return nil }
+
 func (t *testTurn) Cut() bool { return !t.Done() && t.Response().ErrorMessage == "" }
 
 func (t *testTurn) CutEvent() []byte {
@@ -200,4 +204,63 @@ func TestStreamBurstIsOneChunkOnTheWire(t *testing.T) {
 	if want := []int{firstEvent, len(stream) - firstEvent - terminal, terminal}; !slices.Equal(sizes, want) {
 		t.Fatalf("chunks of %v bytes, want %v", sizes, want)
 	}
+}
+
+// A stream that ends before its terminal event with a tool call held is
+// judged before any of the call goes out: the relay settles, then writes
+// what the turn releases.
+func TestStreamBodyJudgesAHeldCallWhenTheUpstreamEndsEarly(t *testing.T) {
+	t.Parallel()
+	const text = "data: {\"text\":1}\n\n"
+	const call = "data: {\"call\":1}\n\n"
+	turn := &holdingTurn{}
+	var got bytes.Buffer
+	settled := -1
+	buf := make([]byte, 64<<10)
+	b := &streamBody{up: io.NopCloser(strings.NewReader(text + call)), t: turn, buf: &buf,
+		settle: func(pipeline.Outcome) {
+			if settled < 0 {
+				settled = got.Len()
+				turn.judged = true
+			}
+		},
+		done: func() {}}
+	if _, err := b.WriteTo(writerFunc(got.Write)); err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	if settled != len(text) || got.String() != text+"judged:"+call {
+		t.Fatalf("settled after %d bytes; client got %q", settled, got.String())
+	}
+}
+
+// holdingTurn relays events until one holds "call", then holds the rest
+// until Release, which marks whether the settlement came first.
+type holdingTurn struct {
+	held           []byte
+	holding        bool
+	judged, gaveUp bool
+}
+
+func (h *holdingTurn) Feed(chunk []byte) []byte {
+	if i := bytes.Index(chunk, []byte("data: {\"call\"")); i >= 0 || h.holding {
+		i = max(i, 0)
+		h.holding = true
+		h.held = append(h.held, chunk[i:]...)
+		return chunk[:i]
+	}
+	return chunk
+}
+func (h *holdingTurn) Terminal([]byte) bool { return false }
+func (h *holdingTurn) Cut() bool            { return false } // what a cut adds is TestStreamBody…Cut's
+func (h *holdingTurn) CutEvent() []byte     { return nil }
+func (h *holdingTurn) Done() bool           { return false }
+func (h *holdingTurn) End() []byte          { return nil }
+func (h *holdingTurn) Holding() bool        { return h.holding && !h.gaveUp }
+func (h *holdingTurn) Release() []byte {
+	h.gaveUp = true
+	if !h.judged {
+		return h.held
+	}
+	return append([]byte("judged:"), h.held...)
 }

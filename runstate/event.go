@@ -2,14 +2,17 @@ package runstate
 
 // Event types.
 const (
-	EventTransition  = "transition"
-	EventModelCall   = "model_call"
-	EventToolCall    = "tool_call"
-	EventTermination = "termination"
-	EventShadow      = "shadow"
-	EventResumed     = "resumed"
-	EventWrapUp      = "wrap_up"
-	EventCompression = "compression"
+	EventTransition = "transition"
+	EventModelCall  = "model_call"
+	EventToolCall   = "tool_call"
+	// EventToolWithheld is a tool call the model asked for and the gateway
+	// did not deliver: the run ended on that answer.
+	EventToolWithheld = "tool_withheld"
+	EventTermination  = "termination"
+	EventShadow       = "shadow"
+	EventResumed      = "resumed"
+	EventWrapUp       = "wrap_up"
+	EventCompression  = "compression"
 	// EventToolOutputCut names a tool output cut for the first time in a
 	// run's forwarded requests: the tool, the sizes, the handle.
 	EventToolOutputCut = "tool_output_cut"

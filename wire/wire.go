@@ -272,6 +272,19 @@ type StreamTap interface {
 	// the bytes before it first, so that they reach the client without
 	// waiting for the settlement.
 	Terminal(event []byte) bool
+	// ToolStarted reports that an event of a tool call has been read (an
+	// OpenAI chat tool_calls delta, a Responses function_call item or its
+	// argument delta, an Anthropic tool_use block): from there on the front
+	// end holds the stream's bytes until the call is judged.
+	ToolStarted() bool
+	// Replace returns what the client receives instead of held, the bytes
+	// the tap returned from the read in which the first tool call began to
+	// the stream's end, when the run ends on this answer: held's events
+	// that are no part of a tool call nor of the stream's end, then a
+	// final answer of text ending the same stream (finish_reason stop,
+	// stop_reason end_turn, a completed response) that carries the
+	// stream's usage. Called once the stream ended.
+	Replace(held []byte, text string) []byte
 }
 
 // Codec is one provider API's wire format. Implementations are stateless and

@@ -1,6 +1,7 @@
 package anthropic
 
 import (
+	"strconv"
 	"strings"
 
 	"github.com/tidwall/gjson"
@@ -9,8 +10,9 @@ import (
 	"github.com/haltline/haltline/wire/sse"
 )
 
-// NewStreamTap reads a Messages SSE stream on the side. Nothing is ever held
-// back or changed in an Anthropic stream, so Feed returns its input.
+// NewStreamTap reads a Messages SSE stream on the side. Nothing is held
+// back or changed in an Anthropic stream, so Feed returns its input; when
+// the run ends on a tool call, Replace writes the final answer in its place.
 func (Messages) NewStreamTap(*wire.Request) wire.StreamTap {
 	t := &tap{}
 	t.onEvent = t.event // bound once: a method value per Feed would allocate
@@ -28,8 +30,11 @@ type tap struct {
 	text    []byte  // all text deltas, for the hash and the head
 	hashed  int     // len(text) when Text and TextHash were last computed
 	blocks  []int64 // content block index of each resp.ToolCalls entry
-	errored bool
-	done    bool // message_stop (or an error event) read
+	// deltaUsage is the last message_delta's usage object as sent, for a
+	// final answer in the stream's place (Replace).
+	deltaUsage string
+	errored    bool
+	done       bool // message_stop (or an error event) read
 }
 
 // Feed reads chunk on the side and returns it unchanged.
@@ -122,7 +127,11 @@ func (t *tap) event(ev []byte) {
 		if sr := gjson.Get(d, "delta.stop_reason"); sr.Type == gjson.String && !t.errored {
 			t.resp.FinishReason = finishReason(sr.Str)
 		}
-		t.readUsage(gjson.Get(d, "usage"))
+		u := gjson.Get(d, "usage")
+		if u.IsObject() {
+			t.deltaUsage = strings.Clone(u.Raw)
+		}
+		t.readUsage(u)
 	case "error":
 		e := gjson.Get(d, "error")
 		msg := e.Get("message").Str
@@ -155,4 +164,52 @@ func (t *tap) tool(index int64) int {
 		}
 	}
 	return -1
+}
+
+// ToolStarted reports that a tool_use block has begun.
+func (t *tap) ToolStarted() bool { return len(t.blocks) > 0 }
+
+// Replace keeps held's events but those of tool_use blocks and the
+// message's end (message_delta, message_stop), then ends the message with
+// a text block of text in the first tool block's place, stop_reason
+// end_turn and the upstream's output usage.
+func (t *tap) Replace(held []byte, text string) []byte {
+	out := make([]byte, 0, len(held)+512+len(text))
+	var split sse.Splitter
+	keep := func(ev []byte) {
+		typ, d := eventType(ev)
+		switch typ {
+		case "message_delta", "message_stop":
+			return
+		case "content_block_start", "content_block_delta", "content_block_stop":
+			if t.tool(gjson.Get(d, "index").Int()) >= 0 {
+				return
+			}
+		}
+		out = append(out, ev...)
+	}
+	split.Feed(held, keep)
+	if p := split.Pending(); len(p) > 0 {
+		keep(p)
+	}
+	var index int64
+	if len(t.blocks) > 0 {
+		index = t.blocks[0]
+	}
+	at := strconv.FormatInt(index, 10)
+	out = append(out, "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":"+at+
+		",\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n"...)
+	out = append(out, "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":"+at+
+		",\"delta\":{\"type\":\"text_delta\",\"text\":"...)
+	out = appendJSONString(out, text)
+	out = append(out, "}}\n\n"...)
+	out = append(out, "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":"+at+"}\n\n"...)
+	usage := t.deltaUsage
+	if usage == "" {
+		usage = `{"output_tokens":0}`
+	}
+	out = append(out, "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\",\"stop_sequence\":null},\"usage\":"...)
+	out = append(out, usage...)
+	out = append(out, "}\n\n"...)
+	return append(out, "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"...)
 }

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"cmp"
 	"slices"
+	"strconv"
+	"time"
 
 	"github.com/tidwall/gjson"
 
@@ -26,6 +28,9 @@ type chatTap struct {
 	resp  wire.Response
 	text  []byte
 	calls []streamCall
+	// created and usage are the stream's created member and usage object
+	// as sent, for a final answer in its place (Replace).
+	created, usage string
 
 	// Per-Feed state of the strip mode: the kept events form one run of
 	// chunk, chunk[aStart:aEnd], returned without a copy, until an event
@@ -174,6 +179,11 @@ func (t *chatTap) read(ev []byte) bool {
 				t.resp.Model = clone(str(val))
 			}
 			return end
+		case "created":
+			if t.created == "" {
+				t.created = clone(val)
+			}
+			return end
 		case "usage":
 			usage = val
 		case "error":
@@ -202,6 +212,7 @@ func (t *chatTap) read(ev []byte) bool {
 	}
 	if isObject(usage) {
 		t.resp.Usage, t.resp.HasUsage = usageFrom(usage)
+		t.usage = clone(usage)
 	}
 	return t.strip && isObject(usage) && isEmptyArray(choices) && gjson.Valid(d)
 }
@@ -320,3 +331,82 @@ func (t *chatTap) Response() *wire.Response {
 	}
 	return r
 }
+
+// ToolStarted reports that a tool call's first delta was read.
+func (t *chatTap) ToolStarted() bool { return len(t.calls) > 0 }
+
+// Replace keeps held's chunks that carry neither a tool call, a finish
+// reason, the usage nor [DONE], then ends the stream with text: a content
+// chunk, a stop chunk, the usage chunk when the client asked for it (the
+// upstream's usage), and [DONE]. The chunks keep the stream's id, created
+// and model, which an accumulating client checks.
+func (t *chatTap) Replace(held []byte, text string) []byte {
+	out := make([]byte, 0, len(held)+512+len(text)+len(t.usage))
+	keepEvents(held, &out, chatToolOrEnd)
+	created := t.created
+	if created == "" {
+		created = strconv.FormatInt(time.Now().Unix(), 10)
+	}
+	chunk := func(choices string) {
+		out = append(out, `data: {"id":`...)
+		out = appendString(out, t.resp.ID)
+		out = append(out, `,"object":"chat.completion.chunk","created":`...)
+		out = append(out, created...)
+		out = append(out, `,"model":`...)
+		out = appendString(out, t.resp.Model)
+		out = append(out, `,"choices":`...)
+		out = append(out, choices...)
+		out = append(out, "}\n\n"...)
+	}
+	delta := appendString([]byte(`[{"index":0,"delta":{"role":"assistant","content":`), text)
+	chunk(string(append(delta, `},"logprobs":null,"finish_reason":null}]`...)))
+	chunk(`[{"index":0,"delta":{},"logprobs":null,"finish_reason":"stop"}]`)
+	if !t.strip {
+		usage := t.usage
+		if usage == "" {
+			usage = zeroChatUsage
+		}
+		chunk(`[],"usage":` + usage)
+	}
+	return append(out, "data: [DONE]\n\n"...)
+}
+
+// chatToolOrEnd reports whether a chunk has a part in a tool call or in
+// the stream's end: tool_calls or function_call deltas, a finish reason,
+// a usage-only chunk, [DONE]. Anything else (text, role, comments, bytes
+// it cannot read) is not.
+func chatToolOrEnd(ev []byte) bool {
+	_, data := sse.Fields(ev)
+	d := view(bytes.TrimSpace(data))
+	if isDone(d) {
+		return true
+	}
+	if len(d) == 0 || d[0] != '{' {
+		return false
+	}
+	choices := gjson.Get(d, "choices")
+	if choices.IsArray() && len(choices.Array()) == 0 && gjson.Get(d, "usage").IsObject() {
+		return true
+	}
+	c := choices.Get("0")
+	fr := c.Get("finish_reason")
+	return c.Get("delta.tool_calls").Exists() || c.Get("delta.function_call").Exists() ||
+		(fr.Exists() && fr.Type != gjson.Null)
+}
+
+// keepEvents appends to out the events of held for which drop is false;
+// bytes after held's last whole event are kept as they are.
+func keepEvents(held []byte, out *[]byte, drop func(ev []byte) bool) {
+	var split sse.Splitter
+	split.Feed(held, func(ev []byte) {
+		if !drop(ev) {
+			*out = append(*out, ev...)
+		}
+	})
+	if p := split.Pending(); len(p) > 0 && !drop(p) {
+		*out = append(*out, p...)
+	}
+}
+
+const zeroChatUsage = `{"prompt_tokens":0,"completion_tokens":0,"total_tokens":0,` +
+	`"prompt_tokens_details":{"cached_tokens":0},"completion_tokens_details":{"reasoning_tokens":0}}`

@@ -33,8 +33,7 @@ func (Chat) SyntheticFinal(req *wire.Request, text string) (string, []byte) {
 		b = append(b, `,"model":`...)
 		return appendString(b, model)
 	}
-	const zero = `{"prompt_tokens":0,"completion_tokens":0,"total_tokens":0,` +
-		`"prompt_tokens_details":{"cached_tokens":0},"completion_tokens_details":{"reasoning_tokens":0}}`
+	const zero = zeroChatUsage
 	if !stream {
 		b := head(make([]byte, 0, 320+len(text)+len(model)), "chat.completion")
 		b = append(b, `,"choices":[{"index":0,"message":{"role":"assistant","content":`...)
@@ -84,25 +83,6 @@ func (Responses) SyntheticFinal(req *wire.Request, text string) (string, []byte)
 	msgID := "msg_haltline_" + randomHex(12)
 	created := strconv.AppendInt(nil, time.Now().Unix(), 10)
 
-	part := func(b []byte, withText bool) []byte {
-		b = append(b, `{"type":"output_text","text":`...)
-		if withText {
-			b = appendString(b, text)
-		} else {
-			b = append(b, `""`...)
-		}
-		return append(b, `,"annotations":[],"logprobs":[]}`...)
-	}
-	message := func(b []byte, done bool) []byte {
-		b = append(b, `{"id":`...)
-		b = appendString(b, msgID)
-		if !done {
-			return append(b, `,"type":"message","status":"in_progress","role":"assistant","content":[]}`...)
-		}
-		b = append(b, `,"type":"message","status":"completed","role":"assistant","content":[`...)
-		b = part(b, true)
-		return append(b, "]}"...)
-	}
 	response := func(b []byte, done bool) []byte {
 		b = append(b, `{"id":`...)
 		b = appendString(b, id)
@@ -118,7 +98,7 @@ func (Responses) SyntheticFinal(req *wire.Request, text string) (string, []byte)
 		b = appendString(b, model)
 		b = append(b, `,"output":[`...)
 		if done {
-			b = message(b, true)
+			b = responsesMessage(b, msgID, text, true)
 		}
 		b = append(b, `],"parallel_tool_calls":false,"tool_choice":"auto","tools":[]`...)
 		if done {
@@ -136,20 +116,7 @@ func (Responses) SyntheticFinal(req *wire.Request, text string) (string, []byte)
 	b := make([]byte, 0, 4096+6*len(text)+3*len(model))
 	seq := 0
 	event := func(name string, fill func(b []byte) []byte) {
-		b = append(b, "event: "...)
-		b = append(b, name...)
-		b = append(b, "\ndata: {\"type\":\""...)
-		b = append(b, name...)
-		b = append(b, `","sequence_number":`...)
-		b = strconv.AppendInt(b, int64(seq), 10)
-		seq++
-		b = fill(b)
-		b = append(b, "}\n\n"...)
-	}
-	itemRef := func(b []byte) []byte {
-		b = append(b, `,"item_id":`...)
-		b = appendString(b, msgID)
-		return append(b, `,"output_index":0,"content_index":0`...)
+		b = appendResponsesEvent(b, name, &seq, fill)
 	}
 	event("response.created", func(b []byte) []byte {
 		return response(append(b, `,"response":`...), false)
@@ -157,28 +124,72 @@ func (Responses) SyntheticFinal(req *wire.Request, text string) (string, []byte)
 	event("response.in_progress", func(b []byte) []byte {
 		return response(append(b, `,"response":`...), false)
 	})
-	event("response.output_item.added", func(b []byte) []byte {
-		return message(append(b, `,"output_index":0,"item":`...), false)
-	})
-	event("response.content_part.added", func(b []byte) []byte {
-		return part(append(itemRef(b), `,"part":`...), false)
-	})
-	event("response.output_text.delta", func(b []byte) []byte {
-		b = append(itemRef(b), `,"logprobs":[],"delta":`...)
-		return appendString(b, text)
-	})
-	event("response.output_text.done", func(b []byte) []byte {
-		b = append(itemRef(b), `,"logprobs":[],"text":`...)
-		return appendString(b, text)
-	})
-	event("response.content_part.done", func(b []byte) []byte {
-		return part(append(itemRef(b), `,"part":`...), true)
-	})
-	event("response.output_item.done", func(b []byte) []byte {
-		return message(append(b, `,"output_index":0,"item":`...), true)
-	})
+	b = appendMessageEvents(b, &seq, msgID, 0, text)
 	event("response.completed", func(b []byte) []byte {
 		return response(append(b, `,"response":`...), true)
 	})
 	return contentSSE, b
+}
+
+// appendResponsesEvent appends one Responses stream event: its name, and
+// data of that type with the next sequence number, then what fill adds.
+func appendResponsesEvent(b []byte, name string, seq *int, fill func(b []byte) []byte) []byte {
+	b = append(b, "event: "...)
+	b = append(b, name...)
+	b = append(b, "\ndata: {\"type\":\""...)
+	b = append(b, name...)
+	b = append(b, `","sequence_number":`...)
+	b = strconv.AppendInt(b, int64(*seq), 10)
+	*seq++
+	b = fill(b)
+	return append(b, "}\n\n"...)
+}
+
+// appendMessageEvents appends the events of one assistant message item of
+// text at output index, from output_item.added to output_item.done, as an
+// SDK accumulates them.
+func appendMessageEvents(b []byte, seq *int, msgID string, index int, text string) []byte {
+	at := strconv.Itoa(index)
+	itemRef := func(b []byte) []byte {
+		b = append(b, `,"item_id":`...)
+		b = appendString(b, msgID)
+		return append(b, `,"output_index":`+at+`,"content_index":0`...)
+	}
+	item := func(b []byte, done bool) []byte {
+		return responsesMessage(append(b, `,"output_index":`+at+`,"item":`...), msgID, text, done)
+	}
+	b = appendResponsesEvent(b, "response.output_item.added", seq, func(b []byte) []byte { return item(b, false) })
+	b = appendResponsesEvent(b, "response.content_part.added", seq, func(b []byte) []byte {
+		return responsesPart(append(itemRef(b), `,"part":`...), "")
+	})
+	b = appendResponsesEvent(b, "response.output_text.delta", seq, func(b []byte) []byte {
+		return appendString(append(itemRef(b), `,"logprobs":[],"delta":`...), text)
+	})
+	b = appendResponsesEvent(b, "response.output_text.done", seq, func(b []byte) []byte {
+		return appendString(append(itemRef(b), `,"logprobs":[],"text":`...), text)
+	})
+	b = appendResponsesEvent(b, "response.content_part.done", seq, func(b []byte) []byte {
+		return responsesPart(append(itemRef(b), `,"part":`...), text)
+	})
+	return appendResponsesEvent(b, "response.output_item.done", seq, func(b []byte) []byte { return item(b, true) })
+}
+
+// responsesMessage appends an assistant message item: in progress and
+// empty, or completed with text.
+func responsesMessage(b []byte, msgID, text string, done bool) []byte {
+	b = append(b, `{"id":`...)
+	b = appendString(b, msgID)
+	if !done {
+		return append(b, `,"type":"message","status":"in_progress","role":"assistant","content":[]}`...)
+	}
+	b = append(b, `,"type":"message","status":"completed","role":"assistant","content":[`...)
+	b = responsesPart(b, text)
+	return append(b, "]}"...)
+}
+
+// responsesPart appends an output_text part of text.
+func responsesPart(b []byte, text string) []byte {
+	b = append(b, `{"type":"output_text","text":`...)
+	b = appendString(b, text)
+	return append(b, `,"annotations":[],"logprobs":[]}`...)
 }

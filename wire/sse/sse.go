@@ -82,6 +82,32 @@ func LastEventStart(b []byte) int {
 	return 0
 }
 
+// LastEventEnd returns the index just past the blank line that ends the
+// last whole event of b (b read from an event's start, or from inside an
+// event whose head came before), or 0 when b ends none. Bytes after it are
+// the head of an event still to come.
+func LastEventEnd(b []byte) int {
+	n := len(b)
+	if n >= 2 && b[n-1] == '\n' && (b[n-2] == '\n' || (n >= 4 && b[n-2] == '\r' && b[n-3] == '\n' && b[n-4] == '\r')) {
+		return n // the common case: b ends with its event
+	}
+	end := 0
+	if i := bytes.LastIndex(b, []byte("\n\n")); i >= 0 {
+		end = i + 2
+	}
+	if i := bytes.LastIndex(b, []byte("\r\n\r\n")); i >= 0 && i+4 > end {
+		end = i + 4
+	}
+	// A lone \r ends a line too: \r\r, or \r\r\n when a \n follows.
+	if i := bytes.LastIndex(b, []byte("\r\r")); i >= 0 && i+2 < n && i+2 > end {
+		end = i + 2
+		if b[i+2] == '\n' {
+			end++
+		}
+	}
+	return end
+}
+
 // eventEnd returns the index just past the blank line ending the first event
 // in b, or -1. Line ends may be \n, \r\n or \r.
 func eventEnd(b []byte) int {
