@@ -252,7 +252,7 @@ func (h *holdingTurn) Feed(chunk []byte) []byte {
 	return chunk
 }
 func (h *holdingTurn) Terminal([]byte) bool { return false }
-func (h *holdingTurn) Cut() bool            { return false } // what a cut adds is TestStreamBody…Cut's
+func (h *holdingTurn) Cut() bool            { return false }
 func (h *holdingTurn) CutEvent() []byte     { return nil }
 func (h *holdingTurn) Done() bool           { return false }
 func (h *holdingTurn) End() []byte          { return nil }
