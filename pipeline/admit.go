@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/haltline/haltline/accounting"
@@ -195,7 +196,7 @@ func (p *Pipeline) admit(ctx context.Context, t *Turn, g *governance, now time.T
 	}
 	// tokens, cost, tool quota: a budget already spent ends the run here;
 	// one that only lacks room for this call's worst case is met by the
-	// reservation below with a wrap-up.
+	// reservation below: a lower output cap, else a wrap-up.
 	c := r.Counters
 	if lim.MaxTokens > 0 && c.InputTokens+c.OutputTokens >= lim.MaxTokens {
 		if p.line(t, g, runstate.Termination{Reason: runstate.ReasonTokenBudget,
@@ -251,9 +252,11 @@ func (p *Pipeline) unavailable(t *Turn, err error) bool {
 	return true
 }
 
-// reserve books the call's worst case against every ledger it draws on,
-// turning the call into the run's wrap-up when only the final reserve is
-// left, or ending the run when not even a wrap-up fits.
+// reserve books the call's worst case against every ledger it draws on.
+// A call that does not fit the working budget first goes on with its output
+// cap lowered to what fits (capOutput); below the floor it becomes the run's
+// wrap-up, or the run ends when not even a wrap-up fits. In reject mode no
+// call is rewritten: the call that does not fit is refused.
 func (p *Pipeline) reserve(ctx context.Context, t *Turn, g *governance, maxOut int64, remaining time.Duration, now time.Time) bool {
 	lim := g.limits
 	price, ok := p.catalog.Lookup(t.Req.Model)
@@ -263,22 +266,24 @@ func (p *Pipeline) reserve(ctx context.Context, t *Turn, g *governance, maxOut i
 			"model %q has no price in the catalog, so this run's cost budget cannot be enforced", t.Req.Model), nil)
 		return true
 	}
+	reject := g.term.Mode == policy.ModeReject
 	est := accounting.EstimateInputTokens(t.Req.BodyBytes)
 	wrapLine := ""
 	// The last allowed step, the soft line, or a deadline inside the final
-	// reserve make this call the wrap-up.
+	// reserve make this call the wrap-up; in reject mode the call goes on
+	// untouched until a line is crossed.
 	// A line in shadow mode records a hit where enforcing it would have
 	// wrapped the run up, and the call goes on untouched.
 	wouldWrap := func(line, detail string) {
 		if g.term.EnforcementOf(line) == policy.Shadow {
 			p.shadow(t.run, runstate.Termination{Reason: line, Detail: detail}, t.step, now)
-		} else if wrapLine == "" {
+		} else if wrapLine == "" && !reject {
 			wrapLine = line
 		}
 	}
 	if lim.MaxSteps > 0 && (t.step >= lim.MaxSteps || float64(t.step-1) >= lim.SoftWrapUp*float64(lim.MaxSteps)) {
 		wouldWrap(runstate.ReasonMaxSteps, fmt.Sprintf("step %d of %d: wrap-up", t.step, lim.MaxSteps))
-	} else if t.run.ParentID != "" && len(g.ledgers) > 1 {
+	} else if t.run.ParentID != "" && len(g.ledgers) > 1 && !reject {
 		// A sub-agent's last step may be its parent's: the steps left on
 		// every ledger it draws on, this call's included.
 		room, err := p.book.Headroom(ctx, g.ledgers, true, now)
@@ -292,22 +297,23 @@ func (p *Pipeline) reserve(ctx context.Context, t *Turn, g *governance, maxOut i
 	reserveTime := time.Duration(float64(lim.DeadlineMs)*lim.FinalReserve) * time.Millisecond
 	t.Timeout = p.opts.UpstreamTimeout
 	if lim.DeadlineMs > 0 {
-		if work := remaining - reserveTime; work > 0 {
+		if work := remaining - reserveTime; work > 0 && !reject {
 			t.Timeout = min(t.Timeout, work)
 		} else {
 			t.Timeout = min(t.Timeout, remaining)
-			wouldWrap(runstate.ReasonDeadline, "only the final reserve of the deadline left: wrap-up")
+			if work <= 0 {
+				wouldWrap(runstate.ReasonDeadline, "only the final reserve of the deadline left: wrap-up")
+			}
 		}
 	}
-	if wrapLine == "" {
+	if wrapLine == "" && !reject {
 		line, err := p.softLine(ctx, g, lim.SoftWrapUp, now)
 		if err != nil {
 			return p.unavailable(t, err)
 		}
 		wrapLine = line
 	}
-	want := accounting.Vector{Steps: 1, Tokens: est + maxOut, InputTokens: est, OutputTokens: maxOut,
-		Cost: price.WorstCase(est, maxOut)}
+	want := callVector(price, est, maxOut)
 	if err := p.shadowBudgets(ctx, t, g, want, now); err != nil {
 		return p.unavailable(t, err)
 	}
@@ -331,8 +337,18 @@ func (p *Pipeline) reserve(ctx context.Context, t *Turn, g *governance, maxOut i
 			p.trackReservation(t, g, res)
 			return false
 		}
-		t.headroomRead = false // the wrap-up's reservation changes it
+		t.headroomRead = false // a second reservation changes it
+		if done, err := p.capOutput(ctx, t, g, maxOut, est, now); err != nil {
+			return p.unavailable(t, err)
+		} else if done {
+			return false
+		}
 		wrapLine = shortfallLine(short)
+		if reject {
+			p.obs.Reservation("refused")
+			return p.end(t, g, runstate.Termination{Reason: wrapLine,
+				Detail: "this call does not fit the budget left: " + short.Error()}, now)
+		}
 	}
 	// Wrap-up: the output is capped so that the worst case fits what remains,
 	// final reserve included.
@@ -340,16 +356,12 @@ func (p *Pipeline) reserve(ctx context.Context, t *Turn, g *governance, maxOut i
 	if err != nil {
 		return p.unavailable(t, err)
 	}
-	out := min(maxOut, head.OutputTokens, head.Tokens-est)
-	if ok && head.Cost != accounting.Money(1<<63-1) {
-		out = min(out, price.MaxOutputFor(head.Cost, est))
-	}
-	if out < minWrapUpOutput || head.InputTokens < est || head.Steps < 1 {
+	out := fitOutput(head, t.price, t.priced, est, maxOut)
+	if out < minWrapUpOutput {
 		p.obs.Reservation("refused")
 		return p.end(t, g, runstate.Termination{Reason: wrapLine, Detail: "no budget left even for a wrap-up"}, now)
 	}
-	want = accounting.Vector{Steps: 1, Tokens: est + out, InputTokens: est, OutputTokens: out,
-		Cost: price.WorstCase(est, out)}
+	want = callVector(price, est, out)
 	res, short, err := p.book.Reserve(ctx, g.ledgers, want, true, p.opts.Lease, now)
 	if err != nil {
 		return p.unavailable(t, err)
@@ -364,6 +376,60 @@ func (p *Pipeline) reserve(ctx context.Context, t *Turn, g *governance, maxOut i
 	t.wrapUp, t.wrapLine = true, wrapLine
 	t.wrapOut = out
 	return false
+}
+
+// capOutput reserves a call whose worst case did not fit the working budget
+// with its output cap lowered to what does fit, on every ledger it draws on,
+// while the cap stays at or above the floor (policy min_output_tokens, or
+// the call's own cap when lower). The call keeps its tools: a healthy run is
+// not cut short because its framework asks for the model's largest output.
+// It reports whether the call was reserved; false leaves the turn as it was.
+func (p *Pipeline) capOutput(ctx context.Context, t *Turn, g *governance, maxOut, est int64, now time.Time) (bool, error) {
+	floor := g.limits.MinOutputTokens
+	if floor <= 0 { // a run whose limits predate the floor
+		floor = policy.DefaultMinOutputTokens
+	}
+	floor = min(floor, maxOut)
+	head, err := p.book.Headroom(ctx, g.ledgers, false, now)
+	if err != nil {
+		return false, err
+	}
+	out := fitOutput(head, t.price, t.priced, est, maxOut)
+	if out < floor || out >= maxOut {
+		return false, nil
+	}
+	want := callVector(t.price, est, out)
+	// Headroom is advisory: a concurrent call may have taken the room since,
+	// and Reserve is what enforces.
+	res, short, err := p.book.Reserve(ctx, g.ledgers, want, false, p.opts.Lease, now)
+	if err != nil || short != nil {
+		return false, err
+	}
+	p.obs.Reservation("output_capped")
+	t.res, t.reserved = res, want
+	p.trackReservation(t, g, res)
+	t.run.Record(now, runstate.Event{Type: runstate.EventOutputCapped, Step: t.step,
+		Detail: fmt.Sprintf("max output %d → %d to fit the budget left", maxOut, out)})
+	return true, nil
+}
+
+// callVector is what a model call reserves: one step and its worst case.
+func callVector(price accounting.Price, est, maxOut int64) accounting.Vector {
+	return accounting.Vector{Steps: 1, Tokens: est + maxOut, InputTokens: est, OutputTokens: maxOut,
+		Cost: price.WorstCase(est, maxOut)}
+}
+
+// fitOutput is the largest output cap, up to maxOut, whose worst case fits
+// head with est input tokens; 0 when the input or the step does not fit.
+func fitOutput(head accounting.Vector, price accounting.Price, priced bool, est, maxOut int64) int64 {
+	if head.InputTokens < est || head.Steps < 1 {
+		return 0
+	}
+	out := min(maxOut, head.OutputTokens, head.Tokens-est)
+	if priced && head.Cost != accounting.Money(math.MaxInt64) {
+		out = min(out, price.MaxOutputFor(head.Cost, est))
+	}
+	return max(out, 0)
 }
 
 // headroomReserver is a book that reads the headroom left on the ledgers in

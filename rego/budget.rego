@@ -25,6 +25,7 @@ default_limits := {
 	"final_reserve": 0.1,
 	"paused_time": "flow",
 	"default_max_output_tokens": 4096,
+	"min_output_tokens": 1024,
 }
 
 # Read by full path: object.get(data, …) would depend on every rule.

@@ -2,15 +2,16 @@ package runstate
 
 // Event types.
 const (
-	EventTransition  = "transition"
-	EventModelCall   = "model_call"
-	EventToolCall    = "tool_call"
-	EventTermination = "termination"
-	EventShadow      = "shadow"
-	EventResumed     = "resumed"
-	EventWrapUp      = "wrap_up"
-	EventCompression = "compression"
-	EventSummary     = "summary_call"
+	EventTransition   = "transition"
+	EventModelCall    = "model_call"
+	EventToolCall     = "tool_call"
+	EventTermination  = "termination"
+	EventShadow       = "shadow"
+	EventResumed      = "resumed"
+	EventWrapUp       = "wrap_up"
+	EventOutputCapped = "output_capped"
+	EventCompression  = "compression"
+	EventSummary      = "summary_call"
 )
 
 // Event is one entry of a run's timeline. ElapsedMs is monotonic from the
