@@ -1,13 +1,20 @@
 package e2e
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 
 	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
+	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
+	"github.com/haltline/haltline/app"
 	"github.com/haltline/haltline/runstate"
 )
 
@@ -155,3 +162,101 @@ func TestLargeMaxOutputBudgetRunsOut(t *testing.T) {
 }
 
 func aoptionJSONSet(k string, v any) aoption.RequestOption { return aoption.WithJSONSet(k, v) }
+
+// rejectAgent runs openai-go's tool loop (default retries) until a call
+// fails; it returns the steps answered and that call's error, response and
+// body.
+func rejectAgent(t *testing.T, g *app.Gateway, opts ...option.RequestOption) (steps int, err error, resp *http.Response, body []byte) {
+	t.Helper()
+	keep := func(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+		resp, err := next(req)
+		if err == nil && resp.StatusCode >= 400 {
+			body, _ = io.ReadAll(resp.Body)
+			resp.Body = io.NopCloser(bytes.NewReader(body))
+		}
+		return resp, err
+	}
+	client := openai.NewClient(option.WithBaseURL(gwURL(g)+"/v1"), option.WithAPIKey("sk-x"), option.WithMiddleware(keep))
+	msgs := []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Read the report page by page.")}
+	tools := []openai.ChatCompletionToolUnionParam{openai.ChatCompletionFunctionTool(openai.FunctionDefinitionParam{
+		Name: "read_page", Parameters: openai.FunctionParameters{"type": "object"}})}
+	for steps < 50 {
+		params := openai.ChatCompletionNewParams{Model: "gpt-4o-mini", Messages: msgs, Tools: tools}
+		c, err := client.Chat.Completions.New(context.Background(), params, append(opts, option.WithResponseInto(&resp))...)
+		if err != nil {
+			return steps, err, resp, body
+		}
+		steps++
+		msg := c.Choices[0].Message
+		if c.Choices[0].FinishReason != "tool_calls" {
+			t.Fatalf("step %d ended the loop: %q %q", steps, c.Choices[0].FinishReason, msg.Content)
+		}
+		msgs = append(msgs, msg.ToParam())
+		for _, tc := range msg.ToolCalls {
+			msgs = append(msgs, openai.ToolMessage("page text "+tc.Function.Arguments, tc.ID))
+		}
+	}
+	t.Fatal("no call was refused")
+	return
+}
+
+// In reject mode no call is rewritten: every step the budget allows goes
+// upstream with its tools, and the call that would cross a line gets a 429
+// in the provider's format, not retried, with the record in its body.
+func TestRejectModeNeverRewrites(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		desc   string
+		budget string
+		model  string
+		reason string
+		in     int64
+	}{
+		{"steps", "max_steps=3", "gpt-4o-mini", runstate.ReasonMaxSteps, 100},
+		{"tokens", "max_tokens=50000", "gpt-4o-mini", runstate.ReasonTokenBudget, 4000},
+		{"cost", "max_cost_usd=0.1", "gpt-4o", runstate.ReasonCostBudget, 4000},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			t.Parallel()
+			m := &toolLoop{finalAfter: 1000, in: tc.in, out: 900}
+			up := newUpstream(t, m.serve)
+			g := startGateway(t, up.URL, withPolicy(policyDir(t, `{"haltline":{"terminations":{"mode":"reject"}}}`)))
+			steps, err, resp, raw := rejectAgent(t, g, option.WithHeader("X-Run-Budget", tc.budget),
+				option.WithJSONSet("max_completion_tokens", 64000), option.WithJSONSet("model", tc.model))
+			var apiErr *openai.Error
+			if !errors.As(err, &apiErr) || apiErr.StatusCode != 429 {
+				t.Fatalf("after %d steps: want a 429, got %v", steps, err)
+			}
+			if resp.Header.Get("x-should-retry") != "false" || resp.Header.Get("X-Run-Termination") != tc.reason {
+				t.Fatalf("headers %v", resp.Header)
+			}
+			var body struct{ Haltline runstate.Record }
+			if err := json.Unmarshal(raw, &body); err != nil || body.Haltline.Reason != tc.reason ||
+				body.Haltline.Status != runstate.Terminated || strings.Contains(string(raw), `\u001f`) {
+				t.Fatalf("body %s (%v)", raw, err)
+			}
+			reqs := up.requests()
+			if len(reqs) != steps {
+				t.Fatalf("%d steps answered, %d calls reached the upstream", steps, len(reqs))
+			}
+			if tc.reason == runstate.ReasonMaxSteps && steps != 3 {
+				t.Fatalf("%d steps under max_steps=3", steps)
+			}
+			if steps < 3 {
+				t.Fatalf("the run was refused after %d steps", steps)
+			}
+			for i, r := range reqs {
+				if !hasTools(r.Body) || strings.Contains(string(r.Body), "best conclusion") {
+					t.Fatalf("call %d was rewritten: %s", i+1, r.Body)
+				}
+			}
+			if n := counterValue(t, g, "haltline_model_calls_total", map[string]string{"status": "429"}); n != 1 {
+				t.Fatalf("gateway answered %v refused calls: the SDK retried", n)
+			}
+			rec := runRecord(t, g, resp.Header.Get("X-Run-Id"))
+			if rec.TotalTokens > 50000 || rec.ActualCostPicoUSD > 100_000_000_000 {
+				t.Fatalf("record %+v", rec)
+			}
+		})
+	}
+}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/haltline/haltline/accounting"
@@ -346,8 +348,7 @@ func (p *Pipeline) reserve(ctx context.Context, t *Turn, g *governance, maxOut i
 		wrapLine = shortfallLine(short)
 		if reject {
 			p.obs.Reservation("refused")
-			return p.end(t, g, runstate.Termination{Reason: wrapLine,
-				Detail: "this call does not fit the budget left: " + short.Error()}, now)
+			return p.end(t, g, runstate.Termination{Reason: wrapLine, Detail: shortfallDetail(g, short)}, now)
 		}
 	}
 	// Wrap-up: the output is capped so that the worst case fits what remains,
@@ -473,6 +474,23 @@ func (p *Pipeline) softLine(ctx context.Context, g *governance, frac float64, no
 		}
 	}
 	return "", nil
+}
+
+// shortfallDetail says which budget a refused call did not fit, naming the
+// ledger as the agent knows it (never its internal key).
+func shortfallDetail(g *governance, s *accounting.Shortfall) string {
+	which := "a parent run's budget"
+	switch {
+	case s.Ledger == g.ledger:
+		which = "the run's budget"
+	case strings.HasPrefix(s.Ledger, teamLedgerPrefix):
+		which = "the team window " + strings.TrimPrefix(s.Ledger, teamLedgerPrefix)
+	}
+	need, left := strconv.FormatInt(s.Need, 10), strconv.FormatInt(s.Left, 10)
+	if s.Dimension == accounting.DimCost {
+		need, left = accounting.Money(s.Need).String()+" USD", accounting.Money(s.Left).String()+" USD"
+	}
+	return fmt.Sprintf("this call needs %s %s of %s, %s left", need, strings.ReplaceAll(s.Dimension, "_", " "), which, left)
 }
 
 func shortfallLine(s *accounting.Shortfall) string {

@@ -104,7 +104,7 @@ func (p *Pipeline) endedAnswer(t *Turn, g *governance) *Answer {
 		case runstate.ReasonDeadline:
 			kind = wire.ErrTimeout
 		}
-		a := errorAnswer(t.codec, kind, fmt.Sprintf("run %s ended: %s (%s)", r.ID, term.Reason, term.Detail), rec)
+		a := errorAnswer(t.codec, kind, fmt.Sprintf("run %s ended: %s (%s)", runstate.NameOf(r.ID), term.Reason, term.Detail), rec)
 		a.NoRetry = true
 		return a
 	}
