@@ -260,3 +260,63 @@ func TestRejectModeNeverRewrites(t *testing.T) {
 		})
 	}
 }
+
+// A streamed wrap-up and a streamed answer the gateway gives itself carry
+// the run's termination and final state in their headers: the reason is
+// known when the call is admitted, before the first byte of the stream.
+func TestStreamedEndCarriesTerminationUpFront(t *testing.T) {
+	t.Parallel()
+	oaHdr := map[string]string{"Authorization": "Bearer sk-agent"}
+	anthHdr := map[string]string{"Anthropic-Version": "2023-06-01", "X-Api-Key": "sk-ant-agent"}
+	tool := `"tools":[{"type":"function","function":{"name":"read_page","parameters":{"type":"object"}}}]`
+	for _, tc := range []struct {
+		desc, route, fixture string
+		body                 []byte
+		hdr                  map[string]string
+	}{
+		{"chat", "/v1/chat/completions", "openai-chat/stream-text-include-usage.sse",
+			spChatBody(true, `,"stream_options":{"include_usage":true},`+tool), oaHdr},
+		{"responses", "/v1/responses", "openai-responses/stream-function-call.sse",
+			[]byte(`{"model":"gpt-4o","stream":true,"input":"Read the report.","tools":[{"type":"function","name":"read_page","parameters":{"type":"object"}}]}`), oaHdr},
+		{"messages", "/v1/messages", "anthropic/stream-text-padded.sse",
+			[]byte(`{"model":"claude-sonnet-4-5","max_tokens":256,"stream":true,"messages":[{"role":"user","content":"Read the report."}],` +
+				`"tools":[{"name":"read_page","input_schema":{"type":"object"}}]}`), anthHdr},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			t.Parallel()
+			sse := fixture(t, tc.fixture)
+			up := newUpstream(t, func(w http.ResponseWriter, _ *http.Request, _ []byte) { writeSSE(w, sse) })
+			g := startGateway(t, up.URL)
+			send := func(runID, budget string) http.Header {
+				t.Helper()
+				hdr := map[string]string{"X-Run-Id": runID, "X-Run-Budget": budget}
+				for k, v := range tc.hdr {
+					hdr[k] = v
+				}
+				status, h, body := post(t, gwURL(g)+tc.route, tc.body, hdr)
+				if status != 200 || !strings.HasPrefix(h.Get("Content-Type"), "text/event-stream") {
+					t.Fatalf("%s: status %d %s: %s", runID, status, h.Get("Content-Type"), body)
+				}
+				return h
+			}
+			check := func(what string, h http.Header, state runstate.State, reason string) {
+				t.Helper()
+				if h.Get("X-Run-State") != string(state) || h.Get("X-Run-Termination") != reason {
+					t.Fatalf("%s: X-Run-State %q X-Run-Termination %q", what, h.Get("X-Run-State"), h.Get("X-Run-Termination"))
+				}
+			}
+			// The first call of a one-step run is its wrap-up, relayed as a stream.
+			check("wrap-up", send("r-wrap", "max_steps=1"), runstate.CompletedWithDegradation, runstate.ReasonMaxSteps)
+			if n := len(up.requests()); n != 1 || hasTools(up.requests()[0].Body) {
+				t.Fatalf("upstream saw %d calls; the wrap-up kept its tools", n)
+			}
+			// The next call on the ended run is the gateway's own answer.
+			check("ended run", send("r-wrap", "max_steps=1"), runstate.CompletedWithDegradation, runstate.ReasonMaxSteps)
+			// No room even for a wrap-up: the gateway answers itself at once.
+			check("no room", send("r-tiny", "max_tokens=100"), runstate.Terminated, runstate.ReasonTokenBudget)
+			if n := len(up.requests()); n != 1 {
+				t.Fatalf("upstream saw %d calls", n)
+			}
+		})
+	}
+}
