@@ -316,7 +316,7 @@ func (p *Pipeline) reserve(ctx context.Context, t *Turn, g *governance, maxOut i
 		wrapLine = line
 	}
 	want := callVector(price, est, maxOut)
-	if err := p.shadowBudgets(ctx, t, g, want, now); err != nil {
+	if err := p.shadowBudgets(ctx, t, g, callVector(price, est, outputFloor(g, maxOut)), now); err != nil {
 		return p.unavailable(t, err)
 	}
 	if wrapLine == "" {
@@ -386,11 +386,7 @@ func (p *Pipeline) reserve(ctx context.Context, t *Turn, g *governance, maxOut i
 // not cut short because its framework asks for the model's largest output.
 // It reports whether the call was reserved; false leaves the turn as it was.
 func (p *Pipeline) capOutput(ctx context.Context, t *Turn, g *governance, maxOut, est int64, now time.Time) (bool, error) {
-	floor := g.limits.MinOutputTokens
-	if floor <= 0 { // a run whose limits predate the floor
-		floor = policy.DefaultMinOutputTokens
-	}
-	floor = min(floor, maxOut)
+	floor := outputFloor(g, maxOut)
 	head, err := p.book.Headroom(ctx, g.ledgers, false, now)
 	if err != nil {
 		return false, err
@@ -412,6 +408,16 @@ func (p *Pipeline) capOutput(ctx context.Context, t *Turn, g *governance, maxOut
 	t.run.Record(now, runstate.Event{Type: runstate.EventOutputCapped, Step: t.step,
 		Detail: fmt.Sprintf("max output %d → %d to fit the budget left", maxOut, out)})
 	return true, nil
+}
+
+// outputFloor is the lowest output cap a call keeps its tools with: policy
+// min_output_tokens, or the call's own cap when that is lower.
+func outputFloor(g *governance, maxOut int64) int64 {
+	floor := g.limits.MinOutputTokens
+	if floor <= 0 { // a run whose limits predate the floor
+		floor = policy.DefaultMinOutputTokens
+	}
+	return min(floor, maxOut)
 }
 
 // callVector is what a model call reserves: one step and its worst case.
@@ -548,8 +554,9 @@ func joinReasons(rs []string) string {
 // shadowBudgets checks the budget lines that run in shadow mode — their
 // limits are left out of the run's ledger, so nothing refuses — and records
 // a hit where enforcing them would have wrapped the run up: the soft line
-// reached, or this call's worst case not fitting the working budget.
-func (p *Pipeline) shadowBudgets(ctx context.Context, t *Turn, g *governance, want accounting.Vector, now time.Time) error {
+// reached, or this call's worst case at its lowest output cap (least) not
+// fitting the working budget.
+func (p *Pipeline) shadowBudgets(ctx context.Context, t *Turn, g *governance, least accounting.Vector, now time.Time) error {
 	lim := g.limits
 	tokShadow := g.term.EnforcementOf(runstate.ReasonTokenBudget) == policy.Shadow && lim.MaxTokens > 0
 	costShadow := g.term.EnforcementOf(runstate.ReasonCostBudget) == policy.Shadow && lim.MaxCostUSD > 0
@@ -564,11 +571,11 @@ func (p *Pipeline) shadowBudgets(ctx context.Context, t *Turn, g *governance, wa
 		working := limit - int64(float64(limit)*lim.FinalReserve)
 		return float64(spentV) >= lim.SoftWrapUp*float64(limit) || spentV+reservedV+wantV > working
 	}
-	if tokShadow && exceeds(spent.Tokens, reserved.Tokens, want.Tokens, lim.MaxTokens) {
+	if tokShadow && exceeds(spent.Tokens, reserved.Tokens, least.Tokens, lim.MaxTokens) {
 		p.shadow(t.run, runstate.Termination{Reason: runstate.ReasonTokenBudget,
 			Detail: fmt.Sprintf("%d of %d tokens used: wrap-up", spent.Tokens, lim.MaxTokens)}, t.step, now)
 	}
-	if maxCost := accounting.USD(lim.MaxCostUSD); costShadow && exceeds(int64(spent.Cost), int64(reserved.Cost), int64(want.Cost), int64(maxCost)) {
+	if maxCost := accounting.USD(lim.MaxCostUSD); costShadow && exceeds(int64(spent.Cost), int64(reserved.Cost), int64(least.Cost), int64(maxCost)) {
 		p.shadow(t.run, runstate.Termination{Reason: runstate.ReasonCostBudget,
 			Detail: fmt.Sprintf("%s of %s USD spent: wrap-up", spent.Cost, maxCost)}, t.step, now)
 	}
