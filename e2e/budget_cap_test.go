@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -318,5 +319,40 @@ func TestStreamedEndCarriesTerminationUpFront(t *testing.T) {
 				t.Fatalf("upstream saw %d calls", n)
 			}
 		})
+	}
+}
+
+// An Anthropic run with eight tools whose budget runs out is wrapped up by
+// the model: the wrap-up's history has its tool blocks flattened into text,
+// so the request goes without a single tool definition.
+func TestAnthropicWrapUpWithoutToolDefinitions(t *testing.T) {
+	t.Parallel()
+	tools := make([]map[string]any, 8)
+	for i := range tools {
+		tools[i] = map[string]any{"name": fmt.Sprintf("tool_%d", i), "description": strings.Repeat("Reads part of the report. ", 20),
+			"input_schema": map[string]any{"type": "object"}}
+	}
+	m := &toolLoop{finalAfter: 1000, in: 3000, out: 400}
+	up := newUpstream(t, m.serve)
+	g := startGateway(t, up.URL)
+	runID, steps, stop, text := anthropicAgent(t, anthropicClient(g), false, 40,
+		aoptionHeader("X-Run-Budget", "max_tokens=30000"), aoptionJSONSet("tools", tools))
+	if stop != "end_turn" || !strings.HasPrefix(text, "Answer after") {
+		t.Fatalf("after %d steps: stop %q text %q", steps, stop, text)
+	}
+	rec := settledRecord(t, g, runID)
+	if rec.Status != runstate.CompletedWithDegradation || rec.Reason != runstate.ReasonTokenBudget || rec.TotalTokens > 30000 {
+		t.Fatalf("record %+v", rec)
+	}
+	reqs := up.requests()
+	for i, r := range reqs[:len(reqs)-1] {
+		if n := strings.Count(string(r.Body), `"input_schema"`); n != 8 {
+			t.Fatalf("call %d carried %d tool definitions", i+1, n)
+		}
+	}
+	last := string(reqs[len(reqs)-1].Body)
+	if len(reqs) < 3 || strings.Contains(last, `"tools"`) || strings.Contains(last, `"tool_use`) || strings.Contains(last, `"tool_result"`) ||
+		!strings.Contains(last, "[called tool read_page") || !strings.Contains(last, "best conclusion") {
+		t.Fatalf("%d calls; the wrap-up: %s", len(reqs), last)
 	}
 }
