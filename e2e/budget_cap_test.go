@@ -74,15 +74,7 @@ func TestLargeMaxOutputUnderBudgetCompletes(t *testing.T) {
 			m := &toolLoop{finalAfter: 3, in: 500, out: 40}
 			up := newUpstream(t, m.serve)
 			g := startGateway(t, up.URL)
-			var runID, finish, text string
-			var steps int
-			if tc.anthropic {
-				runID, steps, finish, text = anthropicAgent(t, anthropicClient(g), tc.stream, 10,
-					aoptionHeader("X-Run-Budget", tc.budget), aoptionJSONSet("max_tokens", 64000), aoptionJSONSet("model", tc.model))
-			} else {
-				runID, steps, finish, text = openaiAgent(t, openaiClient(g), tc.stream, 10,
-					option.WithHeader("X-Run-Budget", tc.budget), option.WithJSONSet("max_completion_tokens", 64000), option.WithJSONSet("model", tc.model))
-			}
+			runID, steps, finish, text := budgetAgent(t, g, tc.anthropic, tc.stream, 10, tc.budget, 64000, tc.model)
 			if steps != 4 || (finish != "stop" && finish != "end_turn") || !strings.Contains(text, "after 3 results") {
 				t.Fatalf("agent: steps %d finish %q text %q", steps, finish, text)
 			}
@@ -114,55 +106,6 @@ func TestLargeMaxOutputUnderBudgetCompletes(t *testing.T) {
 		})
 	}
 }
-
-// A run whose token budget really runs out, asking for 64,000 output tokens
-// on every call, goes on with capped calls while they fit and ends with a
-// wrap-up whose worst case fits: spent never passes the budget, and only the
-// last call lacks tools.
-func TestLargeMaxOutputBudgetRunsOut(t *testing.T) {
-	t.Parallel()
-	for _, anthropic := range []bool{false, true} {
-		t.Run(map[bool]string{false: "openai", true: "anthropic stream"}[anthropic], func(t *testing.T) {
-			t.Parallel()
-			m := &toolLoop{finalAfter: 1000, in: 4000, out: 900}
-			up := newUpstream(t, m.serve)
-			g := startGateway(t, up.URL)
-			var runID, finish string
-			if anthropic {
-				runID, _, finish, _ = anthropicAgent(t, anthropicClient(g), true, 40,
-					aoptionHeader("X-Run-Budget", "max_tokens=50000"), aoptionJSONSet("max_tokens", 64000))
-			} else {
-				runID, _, finish, _ = openaiAgent(t, openaiClient(g), false, 40,
-					option.WithHeader("X-Run-Budget", "max_tokens=50000"), option.WithJSONSet("max_completion_tokens", 64000))
-			}
-			if finish != "stop" && finish != "end_turn" {
-				t.Fatalf("finish %q", finish)
-			}
-			rec := settledRecord(t, g, runID)
-			if rec.Status != runstate.CompletedWithDegradation || rec.Reason != runstate.ReasonTokenBudget {
-				t.Fatalf("record %+v", rec)
-			}
-			if rec.TotalTokens > 50000 {
-				t.Fatalf("spent %d tokens of 50000", rec.TotalTokens)
-			}
-			reqs := up.requests()
-			if len(reqs) < 5 {
-				t.Fatalf("the run was cut short after %d calls", len(reqs))
-			}
-			last := reqs[len(reqs)-1]
-			if hasTools(last.Body) || !strings.Contains(string(last.Body), "best conclusion") {
-				t.Fatalf("the last call was no wrap-up: %s", last.Body)
-			}
-			for i, r := range reqs[:len(reqs)-1] {
-				if !hasTools(r.Body) {
-					t.Fatalf("call %d before the wrap-up lost its tools", i+1)
-				}
-			}
-		})
-	}
-}
-
-func aoptionJSONSet(k string, v any) aoption.RequestOption { return aoption.WithJSONSet(k, v) }
 
 // rejectAgent runs openai-go's tool loop (default retries) until a call
 // fails; it returns the steps answered and that call's error, response and
@@ -336,7 +279,7 @@ func TestAnthropicWrapUpWithoutToolDefinitions(t *testing.T) {
 	up := newUpstream(t, m.serve)
 	g := startGateway(t, up.URL)
 	runID, steps, stop, text := anthropicAgent(t, anthropicClient(g), false, 40,
-		aoptionHeader("X-Run-Budget", "max_tokens=30000"), aoptionJSONSet("tools", tools))
+		aoptionHeader("X-Run-Budget", "max_tokens=30000"), aoption.WithJSONSet("tools", tools))
 	if stop != "end_turn" || !strings.HasPrefix(text, "Answer after") {
 		t.Fatalf("after %d steps: stop %q text %q", steps, stop, text)
 	}
@@ -355,4 +298,29 @@ func TestAnthropicWrapUpWithoutToolDefinitions(t *testing.T) {
 		!strings.Contains(last, "[called tool read_page") || !strings.Contains(last, "best conclusion") {
 		t.Fatalf("%d calls; the wrap-up: %s", len(reqs), last)
 	}
+}
+
+// budgetAgent runs openaiAgent or anthropicAgent under an X-Run-Budget,
+// each request asking for maxOut output tokens (0: the agent's own) of
+// model ("": the agent's own).
+func budgetAgent(t *testing.T, g *app.Gateway, anthropic, stream bool, maxSteps int, budget string, maxOut int64, model string) (runID string, steps int, finish, text string) {
+	t.Helper()
+	if anthropic {
+		opts := []aoption.RequestOption{aoption.WithHeader("X-Run-Budget", budget)}
+		if maxOut > 0 {
+			opts = append(opts, aoption.WithJSONSet("max_tokens", maxOut))
+		}
+		if model != "" {
+			opts = append(opts, aoption.WithJSONSet("model", model))
+		}
+		return anthropicAgent(t, anthropicClient(g), stream, maxSteps, opts...)
+	}
+	opts := []option.RequestOption{option.WithHeader("X-Run-Budget", budget)}
+	if maxOut > 0 {
+		opts = append(opts, option.WithJSONSet("max_completion_tokens", maxOut))
+	}
+	if model != "" {
+		opts = append(opts, option.WithJSONSet("model", model))
+	}
+	return openaiAgent(t, openaiClient(g), stream, maxSteps, opts...)
 }

@@ -216,48 +216,42 @@ func (Messages) WrapUp(body []byte, _ *wire.Request, instruction string, maxOutp
 // history needs no tool definitions. Other blocks and every message's role
 // stay as they are.
 func flattenToolBlocks(msgs gjson.Result) []byte {
-	out := make([]byte, 0, len(msgs.Raw)+64)
-	out = append(out, '[')
-	i := 0
-	msgs.ForEach(func(_, m gjson.Result) bool {
-		if i > 0 {
-			out = append(out, ',')
-		}
-		i++
+	return appendArray(make([]byte, 0, len(msgs.Raw)+64), msgs, func(out []byte, m gjson.Result) []byte {
 		content := m.Get("content")
 		if !content.IsArray() {
-			out = append(out, m.Raw...)
-			return true
+			return append(out, m.Raw...)
 		}
-		blocks := make([]byte, 0, len(content.Raw))
-		blocks = append(blocks, '[')
-		j := 0
-		content.ForEach(func(_, b gjson.Result) bool {
-			if j > 0 {
-				blocks = append(blocks, ',')
-			}
-			j++
+		blocks := appendArray(make([]byte, 0, len(content.Raw)), content, func(blocks []byte, b gjson.Result) []byte {
 			typ := b.Get("type").Str
 			switch {
 			case strings.HasSuffix(typ, "tool_use"):
-				text := "[called tool " + b.Get("name").Str + " (" + b.Get("id").Str + ") with input " + b.Get("input").Raw + "]"
-				blocks = appendTextBlock(blocks, text)
+				return appendTextBlock(blocks, "[called tool "+b.Get("name").Str+" ("+b.Get("id").Str+") with input "+b.Get("input").Raw+"]")
 			case strings.HasSuffix(typ, "tool_result"):
-				blocks = appendTextBlock(blocks, toolResultText(b))
-			default:
-				blocks = append(blocks, b.Raw...)
+				return appendTextBlock(blocks, toolResultText(b))
 			}
-			return true
+			return append(blocks, b.Raw...)
 		})
-		blocks = append(blocks, ']')
 		set, err := sjson.SetRawBytes([]byte(m.Raw), "content", blocks)
 		if err != nil {
 			set = []byte(m.Raw) // unreachable: m is an object from a valid body
 		}
-		out = append(out, set...)
+		return append(out, set...)
+	})
+}
+
+// appendArray appends a JSON array of each element of arr as each renders it.
+func appendArray(dst []byte, arr gjson.Result, each func(dst []byte, v gjson.Result) []byte) []byte {
+	dst = append(dst, '[')
+	first := true
+	arr.ForEach(func(_, v gjson.Result) bool {
+		if !first {
+			dst = append(dst, ',')
+		}
+		first = false
+		dst = each(dst, v)
 		return true
 	})
-	return append(out, ']')
+	return append(dst, ']')
 }
 
 // toolResultText renders a tool result as text: its text content, with
