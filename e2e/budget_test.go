@@ -77,25 +77,31 @@ func TestMaxStepsEndsAfterExactlyThoseSteps(t *testing.T) {
 }
 
 // An exhausted token budget produces an upstream request without tools,
-// then the final answer; spent never exceeds the budget.
+// then the final answer; spent never exceeds the budget. Calls asking for
+// more output than fits (max 64,000) go on with lowered caps, tools kept,
+// until only the final reserve is left.
 func TestTokenBudgetWrapsUp(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		desc      string
 		stream    bool
 		anthropic bool
-	}{{"openai", false, false}, {"anthropic stream", true, true}} {
+		budget    int64
+		in, out   int64
+		maxOut    int64 // what each request asks for; 0: the agent's own
+		minCalls  int
+	}{
+		{"openai", false, false, 12000, 1000, 50, 0, 2},
+		{"anthropic stream", true, true, 12000, 1000, 50, 0, 2},
+		{"openai max output 64000", false, false, 50000, 4000, 900, 64000, 5},
+		{"anthropic stream max output 64000", true, true, 50000, 4000, 900, 64000, 5},
+	} {
 		t.Run(tc.desc, func(t *testing.T) {
 			t.Parallel()
-			m := &toolLoop{finalAfter: 1000, in: 1000, out: 50}
+			m := &toolLoop{finalAfter: 1000, in: tc.in, out: tc.out}
 			up := newUpstream(t, m.serve)
 			g := startGateway(t, up.URL)
-			var runID, finish string
-			if tc.anthropic {
-				runID, _, finish, _ = anthropicAgent(t, anthropicClient(g), tc.stream, 30, aoptionHeader("X-Run-Budget", "max_tokens=12000"))
-			} else {
-				runID, _, finish, _ = openaiAgent(t, openaiClient(g), tc.stream, 30, option.WithHeader("X-Run-Budget", "max_tokens=12000"))
-			}
+			runID, _, finish, _ := budgetAgent(t, g, tc.anthropic, tc.stream, 40, fmt.Sprintf("max_tokens=%d", tc.budget), tc.maxOut, "")
 			if finish != "stop" && finish != "end_turn" {
 				t.Fatalf("finish %q", finish)
 			}
@@ -103,13 +109,13 @@ func TestTokenBudgetWrapsUp(t *testing.T) {
 			if rec.Status != runstate.CompletedWithDegradation || rec.Reason != runstate.ReasonTokenBudget {
 				t.Fatalf("record %+v", rec)
 			}
-			if rec.TotalTokens > 12000 {
-				t.Fatalf("spent %d tokens of 12000", rec.TotalTokens)
+			if rec.TotalTokens > tc.budget {
+				t.Fatalf("spent %d tokens of %d", rec.TotalTokens, tc.budget)
 			}
 			reqs := up.requests()
 			last := reqs[len(reqs)-1]
-			if hasTools(last.Body) || len(reqs) < 2 {
-				t.Fatalf("%d calls; the last still carried tools", len(reqs))
+			if hasTools(last.Body) || len(reqs) < tc.minCalls || !strings.Contains(string(last.Body), "best conclusion") {
+				t.Fatalf("%d calls; the last was no wrap-up: %s", len(reqs), last.Body)
 			}
 			for _, r := range reqs[:len(reqs)-1] {
 				if !hasTools(r.Body) {

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/haltline/haltline/accounting"
@@ -195,7 +198,7 @@ func (p *Pipeline) admit(ctx context.Context, t *Turn, g *governance, now time.T
 	}
 	// tokens, cost, tool quota: a budget already spent ends the run here;
 	// one that only lacks room for this call's worst case is met by the
-	// reservation below with a wrap-up.
+	// reservation below: a lower output cap, else a wrap-up.
 	c := r.Counters
 	if lim.MaxTokens > 0 && c.InputTokens+c.OutputTokens >= lim.MaxTokens {
 		if p.line(t, g, runstate.Termination{Reason: runstate.ReasonTokenBudget,
@@ -251,9 +254,11 @@ func (p *Pipeline) unavailable(t *Turn, err error) bool {
 	return true
 }
 
-// reserve books the call's worst case against every ledger it draws on,
-// turning the call into the run's wrap-up when only the final reserve is
-// left, or ending the run when not even a wrap-up fits.
+// reserve books the call's worst case against every ledger it draws on.
+// A call that does not fit the working budget first goes on with its output
+// cap lowered to what fits (capOutput); below the floor it becomes the run's
+// wrap-up, or the run ends when not even a wrap-up fits. In reject mode no
+// call is rewritten: the call that does not fit is refused.
 func (p *Pipeline) reserve(ctx context.Context, t *Turn, g *governance, maxOut int64, remaining time.Duration, now time.Time) bool {
 	lim := g.limits
 	price, ok := p.catalog.Lookup(t.Req.Model)
@@ -270,22 +275,24 @@ func (p *Pipeline) reserve(ctx context.Context, t *Turn, g *governance, maxOut i
 			"model %q has no price in the catalog, so this run's cost budget cannot be enforced", t.Req.Model), nil)
 		return true
 	}
+	reject := g.term.Mode == policy.ModeReject
 	est := accounting.EstimateInputTokens(t.Req.BodyBytes)
 	wrapLine := ""
 	// The last allowed step, the soft line, or a deadline inside the final
-	// reserve make this call the wrap-up.
+	// reserve make this call the wrap-up; in reject mode the call goes on
+	// untouched until a line is crossed.
 	// A line in shadow mode records a hit where enforcing it would have
 	// wrapped the run up, and the call goes on untouched.
 	wouldWrap := func(line, detail string) {
 		if g.term.EnforcementOf(line) == policy.Shadow {
 			p.shadow(t.run, runstate.Termination{Reason: line, Detail: detail}, t.step, now)
-		} else if wrapLine == "" {
+		} else if wrapLine == "" && !reject {
 			wrapLine = line
 		}
 	}
 	if lim.MaxSteps > 0 && (t.step >= lim.MaxSteps || float64(t.step-1) >= lim.SoftWrapUp*float64(lim.MaxSteps)) {
 		wouldWrap(runstate.ReasonMaxSteps, fmt.Sprintf("step %d of %d: wrap-up", t.step, lim.MaxSteps))
-	} else if t.run.ParentID != "" && len(g.ledgers) > 1 {
+	} else if t.run.ParentID != "" && len(g.ledgers) > 1 && !reject {
 		// A sub-agent's last step may be its parent's: the steps left on
 		// every ledger it draws on, this call's included.
 		room, err := p.book.Headroom(ctx, g.ledgers, true, now)
@@ -299,23 +306,24 @@ func (p *Pipeline) reserve(ctx context.Context, t *Turn, g *governance, maxOut i
 	reserveTime := time.Duration(float64(lim.DeadlineMs)*lim.FinalReserve) * time.Millisecond
 	t.Timeout = p.opts.UpstreamTimeout
 	if lim.DeadlineMs > 0 {
-		if work := remaining - reserveTime; work > 0 {
+		if work := remaining - reserveTime; work > 0 && !reject {
 			t.Timeout = min(t.Timeout, work)
 		} else {
 			t.Timeout = min(t.Timeout, remaining)
-			wouldWrap(runstate.ReasonDeadline, "only the final reserve of the deadline left: wrap-up")
+			if work <= 0 {
+				wouldWrap(runstate.ReasonDeadline, "only the final reserve of the deadline left: wrap-up")
+			}
 		}
 	}
-	if wrapLine == "" {
+	if wrapLine == "" && !reject {
 		line, err := p.softLine(ctx, g, lim.SoftWrapUp, now)
 		if err != nil {
 			return p.unavailable(t, err)
 		}
 		wrapLine = line
 	}
-	want := accounting.Vector{Steps: 1, Tokens: est + maxOut, InputTokens: est, OutputTokens: maxOut,
-		Cost: price.WorstCase(est, maxOut)}
-	if err := p.shadowBudgets(ctx, t, g, want, now); err != nil {
+	want := callVector(price, est, maxOut)
+	if err := p.shadowBudgets(ctx, t, g, callVector(price, est, outputFloor(g, maxOut)), now); err != nil {
 		return p.unavailable(t, err)
 	}
 	if wrapLine == "" {
@@ -338,8 +346,17 @@ func (p *Pipeline) reserve(ctx context.Context, t *Turn, g *governance, maxOut i
 			p.trackReservation(t, g, res)
 			return false
 		}
-		t.headroomRead = false // the wrap-up's reservation changes it
+		t.headroomRead = false // a second reservation changes it
+		if done, err := p.capOutput(ctx, t, g, maxOut, est, now); err != nil {
+			return p.unavailable(t, err)
+		} else if done {
+			return false
+		}
 		wrapLine = shortfallLine(short)
+		if reject {
+			p.obs.Reservation("refused")
+			return p.end(t, g, runstate.Termination{Reason: wrapLine, Detail: shortfallDetail(g, short)}, now)
+		}
 	}
 	// Wrap-up: the output is capped so that the worst case fits what remains,
 	// final reserve included.
@@ -347,16 +364,12 @@ func (p *Pipeline) reserve(ctx context.Context, t *Turn, g *governance, maxOut i
 	if err != nil {
 		return p.unavailable(t, err)
 	}
-	out := min(maxOut, head.OutputTokens, head.Tokens-est)
-	if ok && head.Cost != accounting.Money(1<<63-1) {
-		out = min(out, price.MaxOutputFor(head.Cost, est))
-	}
-	if out < minWrapUpOutput || head.InputTokens < est || head.Steps < 1 {
+	out := fitOutput(head, t.price, t.priced, est, maxOut)
+	if out < minWrapUpOutput {
 		p.obs.Reservation("refused")
 		return p.end(t, g, runstate.Termination{Reason: wrapLine, Detail: "no budget left even for a wrap-up"}, now)
 	}
-	want = accounting.Vector{Steps: 1, Tokens: est + out, InputTokens: est, OutputTokens: out,
-		Cost: price.WorstCase(est, out)}
+	want = callVector(price, est, out)
 	res, short, err := p.book.Reserve(ctx, g.ledgers, want, true, p.opts.Lease, now)
 	if err != nil {
 		return p.unavailable(t, err)
@@ -371,6 +384,66 @@ func (p *Pipeline) reserve(ctx context.Context, t *Turn, g *governance, maxOut i
 	t.wrapUp, t.wrapLine = true, wrapLine
 	t.wrapOut = out
 	return false
+}
+
+// capOutput reserves a call whose worst case did not fit the working budget
+// with its output cap lowered to what does fit, on every ledger it draws on,
+// while the cap stays at or above the floor (policy min_output_tokens, or
+// the call's own cap when lower). The call keeps its tools: a healthy run is
+// not cut short because its framework asks for the model's largest output.
+// It reports whether the call was reserved; false leaves the turn as it was.
+func (p *Pipeline) capOutput(ctx context.Context, t *Turn, g *governance, maxOut, est int64, now time.Time) (bool, error) {
+	floor := outputFloor(g, maxOut)
+	head, err := p.book.Headroom(ctx, g.ledgers, false, now)
+	if err != nil {
+		return false, err
+	}
+	out := fitOutput(head, t.price, t.priced, est, maxOut)
+	if out < floor || out >= maxOut {
+		return false, nil
+	}
+	want := callVector(t.price, est, out)
+	// Headroom is advisory: a concurrent call may have taken the room since,
+	// and Reserve is what enforces.
+	res, short, err := p.book.Reserve(ctx, g.ledgers, want, false, p.opts.Lease, now)
+	if err != nil || short != nil {
+		return false, err
+	}
+	p.obs.Reservation("output_capped")
+	t.res, t.reserved = res, want
+	p.trackReservation(t, g, res)
+	t.run.Record(now, runstate.Event{Type: runstate.EventOutputCapped, Step: t.step,
+		Detail: fmt.Sprintf("max output %d → %d to fit the budget left", maxOut, out)})
+	return true, nil
+}
+
+// outputFloor is the lowest output cap a call keeps its tools with: policy
+// min_output_tokens, or the call's own cap when that is lower.
+func outputFloor(g *governance, maxOut int64) int64 {
+	floor := g.limits.MinOutputTokens
+	if floor <= 0 { // a run whose limits predate the floor
+		floor = policy.DefaultMinOutputTokens
+	}
+	return min(floor, maxOut)
+}
+
+// callVector is what a model call reserves: one step and its worst case.
+func callVector(price accounting.Price, est, maxOut int64) accounting.Vector {
+	return accounting.Vector{Steps: 1, Tokens: est + maxOut, InputTokens: est, OutputTokens: maxOut,
+		Cost: price.WorstCase(est, maxOut)}
+}
+
+// fitOutput is the largest output cap, up to maxOut, whose worst case fits
+// head with est input tokens; 0 when the input or the step does not fit.
+func fitOutput(head accounting.Vector, price accounting.Price, priced bool, est, maxOut int64) int64 {
+	if head.InputTokens < est || head.Steps < 1 {
+		return 0
+	}
+	out := min(maxOut, head.OutputTokens, head.Tokens-est)
+	if priced && head.Cost != accounting.Money(math.MaxInt64) {
+		out = min(out, price.MaxOutputFor(head.Cost, est))
+	}
+	return max(out, 0)
 }
 
 // headroomReserver is a book that reads the headroom left on the ledgers in
@@ -414,6 +487,23 @@ func (p *Pipeline) softLine(ctx context.Context, g *governance, frac float64, no
 		}
 	}
 	return "", nil
+}
+
+// shortfallDetail says which budget a refused call did not fit, naming the
+// ledger as the agent knows it (never its internal key).
+func shortfallDetail(g *governance, s *accounting.Shortfall) string {
+	which := "a parent run's budget"
+	switch {
+	case s.Ledger == g.ledger:
+		which = "the run's budget"
+	case strings.HasPrefix(s.Ledger, teamLedgerPrefix):
+		which = "the team window " + strings.TrimPrefix(s.Ledger, teamLedgerPrefix)
+	}
+	need, left := strconv.FormatInt(s.Need, 10), strconv.FormatInt(s.Left, 10)
+	if s.Dimension == accounting.DimCost {
+		need, left = accounting.Money(s.Need).String()+" USD", accounting.Money(s.Left).String()+" USD"
+	}
+	return fmt.Sprintf("this call needs %s %s of %s, %s left", need, strings.ReplaceAll(s.Dimension, "_", " "), which, left)
 }
 
 func shortfallLine(s *accounting.Shortfall) string {
@@ -471,8 +561,9 @@ func joinReasons(rs []string) string {
 // shadowBudgets checks the budget lines that run in shadow mode — their
 // limits are left out of the run's ledger, so nothing refuses — and records
 // a hit where enforcing them would have wrapped the run up: the soft line
-// reached, or this call's worst case not fitting the working budget.
-func (p *Pipeline) shadowBudgets(ctx context.Context, t *Turn, g *governance, want accounting.Vector, now time.Time) error {
+// reached, or this call's worst case at its lowest output cap (least) not
+// fitting the working budget.
+func (p *Pipeline) shadowBudgets(ctx context.Context, t *Turn, g *governance, least accounting.Vector, now time.Time) error {
 	lim := g.limits
 	tokShadow := g.term.EnforcementOf(runstate.ReasonTokenBudget) == policy.Shadow && lim.MaxTokens > 0
 	costShadow := g.term.EnforcementOf(runstate.ReasonCostBudget) == policy.Shadow && lim.MaxCostUSD > 0
@@ -487,11 +578,11 @@ func (p *Pipeline) shadowBudgets(ctx context.Context, t *Turn, g *governance, wa
 		working := limit - int64(float64(limit)*lim.FinalReserve)
 		return float64(spentV) >= lim.SoftWrapUp*float64(limit) || spentV+reservedV+wantV > working
 	}
-	if tokShadow && exceeds(spent.Tokens, reserved.Tokens, want.Tokens, lim.MaxTokens) {
+	if tokShadow && exceeds(spent.Tokens, reserved.Tokens, least.Tokens, lim.MaxTokens) {
 		p.shadow(t.run, runstate.Termination{Reason: runstate.ReasonTokenBudget,
 			Detail: fmt.Sprintf("%d of %d tokens used: wrap-up", spent.Tokens, lim.MaxTokens)}, t.step, now)
 	}
-	if maxCost := accounting.USD(lim.MaxCostUSD); costShadow && exceeds(int64(spent.Cost), int64(reserved.Cost), int64(want.Cost), int64(maxCost)) {
+	if maxCost := accounting.USD(lim.MaxCostUSD); costShadow && exceeds(int64(spent.Cost), int64(reserved.Cost), int64(least.Cost), int64(maxCost)) {
 		p.shadow(t.run, runstate.Termination{Reason: runstate.ReasonCostBudget,
 			Detail: fmt.Sprintf("%s of %s USD spent: wrap-up", spent.Cost, maxCost)}, t.step, now)
 	}

@@ -30,7 +30,16 @@ func (p *Pipeline) Headers(t *Turn, set func(name, value string)) {
 	r.Mu.Lock()
 	defer r.Mu.Unlock()
 	set(HeaderRunID, runstate.NameOf(r.ID))
-	set(HeaderRunState, string(r.State))
+	state, reason := r.State, ""
+	if r.State.Final() && r.Termination != nil {
+		reason = r.Termination.Reason
+	} else if t.wrapUp {
+		// A wrap-up still in flight (a stream's headers go out before it
+		// settles) ends the run whatever it answers: the agent learns why
+		// and how when the call starts, not from a later call.
+		state, reason = runstate.CompletedWithDegradation, t.wrapLine
+	}
+	set(HeaderRunState, string(state))
 	step := t.step
 	if step == 0 {
 		step = r.Counters.AgentSteps
@@ -47,8 +56,8 @@ func (p *Pipeline) Headers(t *Turn, set func(name, value string)) {
 			set(HeaderBudgetRemaining, remaining(g, h, r.Remaining(p.now())))
 		}
 	}
-	if r.State.Final() && r.Termination != nil {
-		set(HeaderTermination, r.Termination.Reason)
+	if reason != "" {
+		set(HeaderTermination, reason)
 	}
 }
 

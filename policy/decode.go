@@ -216,6 +216,7 @@ func (d decoder) limitsInto(l *Limits) error {
 		{"max_output_tokens", &l.MaxOutputTokens},
 		{"max_tool_calls", &l.MaxToolCalls},
 		{"default_max_output_tokens", &l.DefaultMaxOutputTokens},
+		{"min_output_tokens", &l.MinOutputTokens},
 	} {
 		// An explicit null means "no limit", not "the default".
 		if d.obj != nil {

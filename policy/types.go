@@ -64,6 +64,10 @@ type Limits struct {
 	// DefaultMaxOutputTokens is the worst case reserved for a call that
 	// does not state its max output.
 	DefaultMaxOutputTokens int64 `json:"default_max_output_tokens,omitempty"`
+	// MinOutputTokens is the floor of a call's output cap when the gateway
+	// lowers it to fit the working budget: below it (or below the call's
+	// own cap when that is lower) the call is the run's wrap-up instead.
+	MinOutputTokens int64 `json:"min_output_tokens,omitempty"`
 	// SummariserModel, when set, is the model the context manager asks for
 	// the summary of dropped turns (through the same upstream, charged to
 	// the run); without it the summary is extractive.
@@ -104,6 +108,10 @@ const (
 	PausedFreeze = "freeze"
 )
 
+// DefaultMinOutputTokens is the floor of a lowered output cap when policy
+// sets none (DESIGN §5).
+const DefaultMinOutputTokens = 1024
+
 // DefaultLimits is the answer when policy sets no budget (DESIGN §8):
 // generous, never in the way of a healthy run.
 func DefaultLimits() Limits {
@@ -116,6 +124,7 @@ func DefaultLimits() Limits {
 		PausedTime:             PausedFlow,
 		DefaultMaxOutputTokens: 4096,
 		ToolOutput:             ToolOutput{Inline: 4096, Head: 1500, Tail: 500},
+		MinOutputTokens:        DefaultMinOutputTokens,
 	}
 }
 

@@ -25,6 +25,7 @@ default_limits := {
 	"final_reserve": 0.1,
 	"paused_time": "flow",
 	"default_max_output_tokens": 4096,
+	"min_output_tokens": 1024,
 	# Long tool output, cut in every forwarded request: head and tail
 	# inline, the full text behind a handle. "tools" turns the cut on or
 	# off per tool name: {"read_file": {"cut": false}}.

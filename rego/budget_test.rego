@@ -11,6 +11,7 @@ test_defaults if {
 	l.final_reserve == 0.1
 	l.paused_time == "flow"
 	l.default_max_output_tokens == 4096
+	l.min_output_tokens == 1024
 	not l.max_cost_usd
 	not l.max_tokens
 }

@@ -12,6 +12,7 @@ const (
 	EventShadow       = "shadow"
 	EventResumed      = "resumed"
 	EventWrapUp       = "wrap_up"
+	EventOutputCapped = "output_capped"
 	EventCompression  = "compression"
 	// EventToolOutputCut names a tool output cut for the first time in a
 	// run's forwarded requests: the tool, the sizes, the handle.

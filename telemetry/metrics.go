@@ -139,7 +139,7 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "haltline_terminations_total", Help: "Termination lines that fired, by reason and mode (enforce or shadow).",
 		}, []string{"reason", "mode"}),
 		Reservations: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "haltline_reservations_total", Help: "Budget reservations by result (ok, wrap_up, refused).",
+			Name: "haltline_reservations_total", Help: "Budget reservations by result (ok, output_capped, wrap_up, refused).",
 		}, []string{"result"}),
 		LoopDetections: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "haltline_loop_detections_total", Help: "Loop and stall detector hits, by detector and mode.",

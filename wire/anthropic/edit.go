@@ -116,10 +116,12 @@ func fitThinking(body []byte, maxTokens int64) ([]byte, error) {
 // tool_result blocks but defines no tools ("Requests which include tool_use
 // or tool_result blocks must define tools", anthropics/anthropic-sdk-python
 // #494), and a wrap-up comes, nearly always, in the middle of a tool loop.
-// So when the history holds such blocks the tools stay and tool_choice
-// becomes {"type":"none"}: the model cannot call any of them, which is what
-// "no call beyond the working budget carries tools" needs. Without tool
-// blocks, tools and tool_choice are removed.
+// So the history's tool blocks are flattened into text blocks that say what
+// was called and what came back (flattenToolBlocks), and the tools and
+// tool_choice go: the wrap-up's prompt is then the smallest the provider
+// accepts, without a definition the model cannot use, and the model cannot
+// call a tool, which is what "no call beyond the working budget carries
+// tools" needs.
 //
 // Instruction: appended as user text keeping the user/assistant alternation.
 // After a user message it becomes a text block at the end of that message's
@@ -164,20 +166,20 @@ func (Messages) WrapUp(body []byte, _ *wire.Request, instruction string, maxOutp
 			out, err = f(out)
 		}
 	}
-	if toolBlocks && nonEmptyArray(root.Get("tools")) {
-		edit(func(b []byte) ([]byte, error) { return sjson.SetRawBytes(b, "tool_choice", []byte(`{"type":"none"}`)) })
-	} else {
-		if root.Get("tools").Exists() {
-			edit(func(b []byte) ([]byte, error) { return sjson.DeleteBytes(b, "tools") })
-		}
-		if root.Get("tool_choice").Exists() {
-			edit(func(b []byte) ([]byte, error) { return sjson.DeleteBytes(b, "tool_choice") })
-		}
+	if toolBlocks {
+		flat := flattenToolBlocks(msgs)
+		edit(func(b []byte) ([]byte, error) { return sjson.SetRawBytes(b, "messages", flat) })
+		last = gjson.ParseBytes(flat).Array()[n-1]
+	}
+	if root.Get("tools").Exists() {
+		edit(func(b []byte) ([]byte, error) { return sjson.DeleteBytes(b, "tools") })
+	}
+	if root.Get("tool_choice").Exists() {
+		edit(func(b []byte) ([]byte, error) { return sjson.DeleteBytes(b, "tool_choice") })
 	}
 
 	if strings.TrimSpace(instruction) != "" {
-		block := appendJSONString([]byte(`{"type":"text","text":`), instruction)
-		block = append(block, '}')
+		block := appendTextBlock(nil, instruction)
 		if n > 0 && last.Get("role").Str == "user" {
 			path := "messages." + strconv.Itoa(n-1) + ".content"
 			content := last.Get("content")
@@ -206,4 +208,82 @@ func (Messages) WrapUp(body []byte, _ *wire.Request, instruction string, maxOutp
 		return nil, err
 	}
 	return out, nil
+}
+
+// flattenToolBlocks returns the messages array with every tool block (the
+// client's tool_use and tool_result, and the server and MCP kinds) turned
+// into a text block saying what was called and what came back, so that the
+// history needs no tool definitions. Other blocks and every message's role
+// stay as they are.
+func flattenToolBlocks(msgs gjson.Result) []byte {
+	return appendArray(make([]byte, 0, len(msgs.Raw)+64), msgs, func(out []byte, m gjson.Result) []byte {
+		content := m.Get("content")
+		if !content.IsArray() {
+			return append(out, m.Raw...)
+		}
+		blocks := appendArray(make([]byte, 0, len(content.Raw)), content, func(blocks []byte, b gjson.Result) []byte {
+			typ := b.Get("type").Str
+			switch {
+			case strings.HasSuffix(typ, "tool_use"):
+				return appendTextBlock(blocks, "[called tool "+b.Get("name").Str+" ("+b.Get("id").Str+") with input "+b.Get("input").Raw+"]")
+			case strings.HasSuffix(typ, "tool_result"):
+				return appendTextBlock(blocks, toolResultText(b))
+			}
+			return append(blocks, b.Raw...)
+		})
+		set, err := sjson.SetRawBytes([]byte(m.Raw), "content", blocks)
+		if err != nil {
+			set = []byte(m.Raw) // unreachable: m is an object from a valid body
+		}
+		return append(out, set...)
+	})
+}
+
+// appendArray appends a JSON array of each element of arr as each renders it.
+func appendArray(dst []byte, arr gjson.Result, each func(dst []byte, v gjson.Result) []byte) []byte {
+	dst = append(dst, '[')
+	first := true
+	arr.ForEach(func(_, v gjson.Result) bool {
+		if !first {
+			dst = append(dst, ',')
+		}
+		first = false
+		dst = each(dst, v)
+		return true
+	})
+	return append(dst, ']')
+}
+
+// toolResultText renders a tool result as text: its text content, with
+// what is not text (images, documents, search results) named.
+func toolResultText(b gjson.Result) string {
+	var sb strings.Builder
+	sb.WriteString("[result of tool call ")
+	sb.WriteString(b.Get("tool_use_id").Str)
+	if b.Get("is_error").Bool() {
+		sb.WriteString(", an error")
+	}
+	sb.WriteString("]")
+	c := b.Get("content")
+	switch {
+	case c.Type == gjson.String:
+		sb.WriteString("\n")
+		sb.WriteString(c.Str)
+	case c.IsArray():
+		c.ForEach(func(_, part gjson.Result) bool {
+			sb.WriteString("\n")
+			if t := part.Get("type").Str; t == "text" {
+				sb.WriteString(part.Get("text").Str)
+			} else {
+				sb.WriteString("(" + t + " omitted)")
+			}
+			return true
+		})
+	}
+	return sb.String()
+}
+
+func appendTextBlock(dst []byte, text string) []byte {
+	dst = appendJSONString(append(dst, `{"type":"text","text":`...), text)
+	return append(dst, '}')
 }

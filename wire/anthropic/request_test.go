@@ -230,14 +230,25 @@ func TestWrapUp(t *testing.T) {
 		desc      string
 		body      string
 		maxOutput int64
-		wantTools bool   // tools kept with tool_choice none
 		wantLast  string // raw JSON of the last message's content
 		wantMsgs  int
+		wantText  []string // in the flattened history
 	}{
 		{
-			desc: "fixture: text after four tool results, tools kept for the history",
+			desc: "fixture: text after four tool results, tool blocks flattened",
 			body: string(fixture(t, "request-tool-result.json")), maxOutput: 300,
-			wantTools: true, wantMsgs: 3,
+			wantMsgs: 3, wantText: []string{"[called tool ", "[result of tool call "},
+		},
+		{
+			desc: "tool blocks of every kind become text",
+			body: `{"model":"m","max_tokens":5000,"tools":[{"name":"read","input_schema":{"type":"object"}}],"tool_choice":{"type":"auto"},"messages":[` +
+				`{"role":"user","content":"go"},` +
+				`{"role":"assistant","content":[{"type":"text","text":"reading"},{"type":"tool_use","id":"toolu_1","name":"read","input":{"page":1}},{"type":"tool_use","id":"toolu_2","name":"read","input":{"page":2}}]},` +
+				`{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"page one"},` +
+				`{"type":"tool_result","tool_use_id":"toolu_2","is_error":true,"content":[{"type":"text","text":"no page"},{"type":"image","source":{"type":"base64","media_type":"image/png","data":"AA=="}}]}]}]}`,
+			maxOutput: 300, wantMsgs: 3,
+			wantLast: `[{"type":"text","text":"[result of tool call toolu_1]\npage one"},{"type":"text","text":"[result of tool call toolu_2, an error]\nno page\n(image omitted)"},{"type":"text","text":"` + instruction + `"}]`,
+			wantText: []string{`"reading"`, `[called tool read (toolu_1) with input {\"page\":1}]`, `[called tool read (toolu_2) with input {\"page\":2}]`},
 		},
 		{
 			desc:      "string content becomes blocks",
@@ -280,12 +291,13 @@ func TestWrapUp(t *testing.T) {
 			}
 			checkValidHistory(t, out)
 			root := gjson.ParseBytes(out)
-			if tc.wantTools {
-				if !root.Get("tools").IsArray() || root.Get("tool_choice").Raw != `{"type":"none"}` {
-					t.Errorf("tools %s tool_choice %s, want tools kept and tool_choice none", root.Get("tools").Raw, root.Get("tool_choice").Raw)
-				}
-			} else if root.Get("tools").Exists() || root.Get("tool_choice").Exists() {
+			if root.Get("tools").Exists() || root.Get("tool_choice").Exists() {
 				t.Errorf("tools or tool_choice left in %s", out)
+			}
+			for _, want := range tc.wantText {
+				if !strings.Contains(root.Get("messages").Raw, want) {
+					t.Errorf("%s missing from %s", want, root.Get("messages").Raw)
+				}
 			}
 			if got := root.Get("max_tokens").Int(); got != tc.maxOutput {
 				t.Errorf("max_tokens %d, want %d", got, tc.maxOutput)

@@ -1,0 +1,110 @@
+package pipeline_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/haltline/haltline/accounting"
+	"github.com/haltline/haltline/pipeline"
+	"github.com/haltline/haltline/policy"
+	"github.com/haltline/haltline/wire/openai"
+)
+
+// bigOutputBody is a tool-bearing chat request asking for the model's
+// largest output, as frameworks send.
+func bigOutputBody(i int) []byte {
+	return fmt.Appendf(nil, `{"model":"gpt-4o-mini","max_completion_tokens":64000,"messages":[{"role":"user","content":"Task %d."}],`+
+		`"tools":[{"type":"function","function":{"name":"read","parameters":{"type":"object"}}}]}`, i)
+}
+
+func upstreamCap(t *testing.T, body []byte) (capOut int64, tools bool) {
+	t.Helper()
+	var req struct {
+		MaxCompletionTokens int64             `json:"max_completion_tokens"`
+		Tools               []json.RawMessage `json:"tools"`
+	}
+	if err := json.Unmarshal(body, &req); err != nil {
+		t.Fatalf("upstream body %s: %v", body, err)
+	}
+	return req.MaxCompletionTokens, len(req.Tools) > 0
+}
+
+// Calls admitted at once, each asking for more output than the budget
+// holds, go on with lowered caps while the working budget has room and
+// then as wrap-ups of the final reserve: what they hold together never
+// passes the budget, and no call beyond the working budget carries tools.
+func TestLoweredCapsNeverOversell(t *testing.T) {
+	t.Parallel()
+	p := newPipeline(t, nil, 0)
+	const budget, working = 50000, 45000
+	turns := make([]*pipeline.Turn, 40)
+	var wg sync.WaitGroup
+	for i := range turns {
+		wg.Go(func() {
+			turns[i] = p.Begin(context.Background(), &pipeline.Call{Body: bigOutputBody(i), RunID: "r-caps",
+				RunBudget: fmt.Sprintf("max_tokens=%d", budget)}, openai.Chat{})
+		})
+	}
+	wg.Wait()
+	var held, heldWithTools int64
+	capped := 0
+	for _, turn := range turns {
+		if turn.Answer != nil {
+			continue
+		}
+		capOut, tools := upstreamCap(t, turn.UpstreamBody)
+		worst := accounting.EstimateInputTokens(len(turn.Call.Body)) + capOut
+		held += worst
+		if tools {
+			heldWithTools += worst
+			if capOut < policy.DefaultMinOutputTokens || capOut >= 64000 {
+				t.Fatalf("a call went on with max output %d", capOut)
+			}
+			capped++
+		} else if !strings.Contains(string(turn.UpstreamBody), "best conclusion") {
+			t.Fatalf("a call lost its tools without being the wrap-up: %s", turn.UpstreamBody)
+		}
+	}
+	t.Logf("%d calls went on with lowered caps; %d tokens held", capped, held)
+	if capped == 0 || held > budget || heldWithTools > working {
+		t.Fatalf("%d capped calls; held %d (with tools %d) of %d", capped, held, heldWithTools, budget)
+	}
+}
+
+// The floor is policy: with min_output_tokens above what fits, the call
+// that does not fit is the wrap-up rather than a call with a starved cap.
+func TestOutputFloorFromPolicy(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		desc    string
+		floor   int64
+		wrapped bool
+	}{{"default floor", 0, false}, {"floor above what fits", 48000, true}} {
+		t.Run(tc.desc, func(t *testing.T) {
+			t.Parallel()
+			opts := policy.Options{}
+			if tc.floor > 0 {
+				opts.Data = map[string]any{"budgets": map[string]any{"defaults": map[string]any{"min_output_tokens": tc.floor}}}
+			}
+			pol, err := policy.New(context.Background(), opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := pipeline.New(pipeline.Options{Policy: pol})
+			turn := p.Begin(context.Background(), &pipeline.Call{Body: bigOutputBody(0), RunID: "r-floor",
+				RunBudget: "max_tokens=50000"}, openai.Chat{})
+			if turn.Answer != nil {
+				t.Fatalf("answered: %s", turn.Answer.Body)
+			}
+			capOut, tools := upstreamCap(t, turn.UpstreamBody)
+			if tools == tc.wrapped || capOut >= 64000 {
+				t.Fatalf("tools %v, max output %d", tools, capOut)
+			}
+			p.Finish(context.Background(), turn, pipeline.Outcome{Status: 200, Body: []byte(finalResponse)})
+		})
+	}
+}
