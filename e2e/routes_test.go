@@ -2,7 +2,11 @@ package e2e
 
 import (
 	"net/http"
+	"slices"
+	"strconv"
 	"testing"
+
+	"github.com/haltline/haltline/runstate"
 )
 
 // TestProviderRoutesWithoutV1 calls each provider route the way a client
@@ -67,5 +71,40 @@ func TestModelsForwardedWithoutV1(t *testing.T) {
 		if r.Path != want[i] {
 			t.Errorf("request %d reached %s, want %s", i, r.Path, want[i])
 		}
+	}
+}
+
+// TestEventStepsMatchRunStep: the model call events of a run's timeline
+// carry the step its answers named in X-Run-Step, the first call step 1.
+func TestEventStepsMatchRunStep(t *testing.T) {
+	loop := &toolLoop{finalAfter: 100, in: 10, out: 5}
+	up := newUpstream(t, loop.serve)
+	g := startGateway(t, up.URL)
+	hdr := map[string]string{"Authorization": "Bearer sk-agent-test", "X-Run-Id": "r-steps"}
+	var want []int64
+	for range 3 {
+		resp, body := spPost(t, g, "/v1/chat/completions", hdr, []byte(
+			`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Read."}],"tools":[{"type":"function","function":{"name":"read_page","parameters":{"type":"object"}}}]}`))
+		if resp.StatusCode != 200 {
+			t.Fatalf("%d %s", resp.StatusCode, body)
+		}
+		n, err := strconv.ParseInt(resp.Header.Get("X-Run-Step"), 10, 64)
+		if err != nil {
+			t.Fatalf("X-Run-Step %q", resp.Header.Get("X-Run-Step"))
+		}
+		want = append(want, n)
+	}
+	var evs struct {
+		Events []runstate.Event `json:"events"`
+	}
+	getJSON(t, adminURL(g)+"/api/v1/runs/r-steps/events", &evs)
+	var got []int64
+	for _, e := range evs.Events {
+		if e.Type == runstate.EventModelCall {
+			got = append(got, e.Step)
+		}
+	}
+	if !slices.Equal(got, want) || want[0] != 1 {
+		t.Fatalf("model call events at steps %v, answers' X-Run-Step %v (the first is step 1)", got, want)
 	}
 }
