@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"regexp"
@@ -47,19 +46,13 @@ func (m *scriptedModel) serve(w http.ResponseWriter, r *http.Request, body []byt
 		return
 	}
 	n := int(m.calls.Add(1))
-	var req struct {
-		Stream        bool `json:"stream"`
-		StreamOptions struct {
-			IncludeUsage bool `json:"include_usage"`
-		} `json:"stream_options"`
-	}
-	_ = json.Unmarshal(body, &req)
+	stream, includeUsage := streamFlags(body)
 	if id := promptIDs.FindSubmatch(body); id != nil {
 		m.mu.Lock()
 		if m.streamed == nil {
 			m.streamed = map[string]bool{}
 		}
-		m.streamed[string(id[1])] = m.streamed[string(id[1])] || req.Stream
+		m.streamed[string(id[1])] = m.streamed[string(id[1])] || stream
 		m.mu.Unlock()
 	}
 	results := 0
@@ -80,11 +73,11 @@ func (m *scriptedModel) serve(w http.ResponseWriter, r *http.Request, body []byt
 	const in, out = 120, 30
 	switch r.URL.Path {
 	case "/v1/messages":
-		anthropicAnswer(w, req.Stream, n, final, text, args, in, out)
+		anthropicAnswer(w, stream, n, final, text, args, in, out)
 	case "/v1/responses":
-		responsesAnswer(w, req.Stream, n, final, text, args, in, out)
+		responsesAnswer(w, stream, n, final, text, args, in, out)
 	default:
-		openaiAnswer(w, req.Stream, req.StreamOptions.IncludeUsage, n, final, text, args, in, out)
+		openaiAnswer(w, stream, includeUsage, n, final, text, args, in, out)
 	}
 }
 

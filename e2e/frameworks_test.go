@@ -77,7 +77,7 @@ func (r frameworkResult) judge() (ok bool, cell string) {
 	switch r.Check {
 	case checkGrouped, checkMaxTokens:
 		if run.Steps != 3 || r.ToolRuns != 2 || !strings.HasPrefix(run.Status, "completed") {
-			return fail("%s after %d steps, tool ran %d×", run.Status, run.Steps, r.ToolRuns)
+			return fail("%s (%s) after %d steps, tool ran %d×", run.Status, run.Reason, run.Steps, r.ToolRuns)
 		}
 		return true, "pass"
 	case checkMaxSteps:

@@ -88,7 +88,8 @@ const aiTools = (readPage) => ({
 const aiProviders = {
   "openai.chat": (headers) => createOpenAI({ baseURL: GW + "/v1", apiKey: OPENAI_KEY, headers }).chat("gpt-4o-mini"),
   "openai.responses": (headers) => createOpenAI({ baseURL: GW + "/v1", apiKey: OPENAI_KEY, headers }).responses("gpt-4o-mini"),
-  anthropic: (headers) => createAnthropic({ baseURL: GW + "/v1", apiKey: ANTHROPIC_KEY, headers })("claude-haiku-4-5"),
+  // It posts to {baseURL}/messages: the gateway answers there as on /v1/messages.
+  anthropic: (headers) => createAnthropic({ baseURL: GW, apiKey: ANTHROPIC_KEY, headers })("claude-haiku-4-5"),
 };
 for (const [name, model] of Object.entries(aiProviders)) {
   await all(`vercel-ai ${name} generateText`, async (p, headers, readPage) => {
@@ -145,7 +146,8 @@ for (const [name, model] of Object.entries(lcModels)) {
 
 // LlamaIndex TS: agent() over @llamaindex/openai (it always streams).
 await all("llamaindex agent openai", async (p, headers, readPage) => {
-  const llm = new LiOpenAI({ model: "gpt-4o-mini", apiKey: OPENAI_KEY, baseURL: GW + "/v1", additionalSessionOptions: { defaultHeaders: headers } });
+  // The base URL without /v1: the gateway answers /chat/completions too.
+  const llm = new LiOpenAI({ model: "gpt-4o-mini", apiKey: OPENAI_KEY, baseURL: GW, additionalSessionOptions: { defaultHeaders: headers } });
   const a = liAgent({
     llm,
     tools: [liTool({ name: "read_page", description: "Read one page of the report.", parameters: pageArgs, execute: readPage })],
