@@ -144,16 +144,17 @@ func TestUIInBrowser(t *testing.T) {
 			ID     string `json:"run_id"`
 			Status string `json:"status"`
 			Reason string `json:"reason"`
+			Model  string `json:"model"`
 		} `json:"runs"`
 	}
 	apiGet(t, "http://"+g.AdminAddr+"/api/v1/runs", &list)
-	loopID := ""
+	loopID, loopModel := "", ""
 	for _, r := range list.Runs {
 		if r.Reason == "loop_detected" {
-			loopID = r.ID
+			loopID, loopModel = r.ID, r.Model
 		}
 	}
-	if loopID == "" || len(list.Runs) != 4 {
+	if loopID == "" || loopModel == "" || len(list.Runs) != 4 {
 		t.Fatalf("runs: %+v", list.Runs)
 	}
 	dir := artifacts(t)
@@ -173,6 +174,27 @@ func TestUIInBrowser(t *testing.T) {
 	b.waitFor("live counts", `document.querySelector("#count-active").textContent === "1"`)
 	if got := b.text(`#count-reasons [data-reason="loop_detected"]`); !strings.Contains(got, "1") {
 		t.Errorf("termination reason count %q", got)
+	}
+	// Each run names its model and its last activity.
+	if got := b.text(`#runs-table tbody tr[data-run="` + loopID + `"] .model`); got != loopModel {
+		t.Errorf("list row model %q, want %q", got, loopModel)
+	}
+	if got := b.text(`#runs-table tbody tr[data-run="r-ui-active"] .last-activity`); !strings.HasPrefix(got, "20") {
+		t.Errorf("list row last activity %q", got)
+	}
+	// Live runs idle past the threshold are marked; ended runs never are.
+	// The waiting run has just been active: under the default threshold it
+	// is not idle; with the threshold at 0 it is.
+	if n := string(b.eval(`document.querySelectorAll("#runs-table .idle-mark").length`)); n != "0" {
+		t.Errorf("%s runs marked idle under the default threshold, want 0", n)
+	}
+	b.eval(`const i = document.querySelector("#filters input[name=idle]"); i.value = "0"; i.dispatchEvent(new Event("change", {bubbles: true})); true`)
+	b.waitFor("the idle mark", `document.querySelectorAll("#runs-table .idle-mark").length > 0`)
+	if got := string(b.eval(`Array.from(document.querySelectorAll("#runs-table tr.idle")).map((r) => r.dataset.run).join(",")`)); got != `"r-ui-active"` {
+		t.Errorf("runs marked idle: %s, want the waiting run alone", got)
+	}
+	if got := b.text(`#runs-table tbody tr[data-run="r-ui-active"] .status`); !strings.Contains(got, "idle") {
+		t.Errorf("the waiting run's status cell %q lacks the idle mark", got)
 	}
 	// A filter narrows the table.
 	b.eval(`const s = document.querySelector("#filters select[name=reason]"); s.value = "loop_detected"; s.dispatchEvent(new Event("change")); true`)

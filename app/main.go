@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -30,58 +29,99 @@ Usage:
   gateway replay --policy-dir DIR [--prices FILE] [--json] RECORDINGS…
                                  where recorded runs would end under DIR's policy (no network)
   gateway policy test [DIR]      run the Rego unit tests (embedded defaults, and DIR's)
+  gateway version                the module version and VCS revision of this binary
   gateway store check|repair [--data-dir DIR]
                                  describe the embedded store's damage; keep what is whole (gateway store -h)
+
+Every command and verb takes -h or --help for its own usage.
 `
 
-// Main runs the command line; cmd/gateway calls it with os.Args[1:].
+// Main runs the command line; cmd/gateway calls it with os.Args[1:] and
+// exits with ExitCode of its error.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
-		return errors.New("no command")
+		return UsageError{errors.New("no command")}
 	}
 	switch args[0] {
 	case "serve":
-		return serve(ctx, args[1:], stderr, getenv)
+		return serve(ctx, args[1:], stdout, stderr, getenv)
 	case "demo":
+		fs := newFlags("demo", "\n\nScripted agents against a built-in model, no key, no network.")
+		if ops, help, err := parseFlags(fs, args[1:], stdout, stderr); help || err != nil {
+			return err
+		} else if len(ops) > 0 {
+			return usageErrorf(fs, stderr, "demo: unexpected %q", ops[0])
+		}
 		return Demo(ctx, stdout)
 	case "runs":
-		return runsCommand(ctx, args[1:], stdout, getenv)
+		return runsCommand(ctx, args[1:], stdout, stderr, getenv)
 	case "replay":
 		return replayCommand(ctx, args[1:], stdout, stderr)
 	case "store":
 		return storeCommand(args[1:], stdout, stderr)
 	case "policy":
-		if len(args) < 2 || args[1] != "test" {
-			return errors.New("usage: gateway policy test [DIR]")
-		}
-		dir := ""
-		if len(args) > 2 {
-			dir = args[2]
-		}
-		passed, failed, err := policy.RunTests(ctx, dir, stdout, false)
-		if err != nil {
+		return policyCommand(ctx, args[1:], stdout, stderr)
+	case "version":
+		fs := newFlags("version", "\n\nThe module version and the VCS revision the binary was built from.")
+		if ops, help, err := parseFlags(fs, args[1:], stdout, stderr); help || err != nil {
 			return err
+		} else if len(ops) > 0 {
+			return usageErrorf(fs, stderr, "version: unexpected %q", ops[0])
 		}
-		fmt.Fprintf(stdout, "%d passed, %d failed\n", passed, failed)
-		if failed > 0 {
-			return fmt.Errorf("%d policy test(s) failed", failed)
-		}
-		return nil
+		return version(stdout)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil
 	}
 	fmt.Fprint(stderr, usage)
-	return fmt.Errorf("unknown command %q", args[0])
+	return UsageError{fmt.Errorf("unknown command %q", args[0])}
 }
 
-func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(string) string) error {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	flags := config.NewServeFlags(fs)
-	if err := fs.Parse(args); err != nil {
+// policyCommand is `gateway policy test [DIR]`.
+func policyCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("policy test", "[DIR]\n\nRun the Rego unit tests: the embedded defaults', and DIR's when given.")
+	if len(args) > 0 && isHelp(args[0]) {
+		fs.SetOutput(stdout)
+		fs.Usage()
+		return nil
+	}
+	if len(args) == 0 || args[0] != "test" {
+		verb := ""
+		if len(args) > 0 {
+			verb = args[0]
+		}
+		return usageErrorf(fs, stderr, "unknown policy command %q", verb)
+	}
+	ops, help, err := parseFlags(fs, args[1:], stdout, stderr)
+	if help || err != nil {
 		return err
+	}
+	if len(ops) > 1 {
+		return usageErrorf(fs, stderr, "policy test: one DIR at most")
+	}
+	dir := ""
+	if len(ops) == 1 {
+		dir = ops[0]
+	}
+	passed, failed, err := policy.RunTests(ctx, dir, stdout, false)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%d passed, %d failed\n", passed, failed)
+	if failed > 0 {
+		return fmt.Errorf("%d policy test(s) failed", failed)
+	}
+	return nil
+}
+
+func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
+	fs := newFlags("serve", "[flags]\n\nRun the gateway: defaults < --config file < environment < flags.")
+	flags := config.NewServeFlags(fs)
+	if ops, help, err := parseFlags(fs, args, stdout, stderr); help || err != nil {
+		return err
+	} else if len(ops) > 0 {
+		return usageErrorf(fs, stderr, "serve: unexpected %q", ops[0])
 	}
 	cfg, err := flags.Build(getenv)
 	if err != nil {

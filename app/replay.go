@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -105,16 +103,17 @@ func readRecordings(paths []string, stdin io.Reader) ([]pipeline.Recording, erro
 // replayCommand is `gateway replay`: recorded runs through a candidate
 // policy directory, offline.
 func replayCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("replay", "[--policy-dir DIR] [--prices FILE] [--json] RECORDINGS…\n\n"+
+		"Where recorded runs (gateway runs export; - for stdin) would end under DIR's policy, offline.")
 	dir := fs.String("policy-dir", "", "candidate policy directory (*.rego, data.json); empty means the embedded defaults")
 	prices := fs.String("prices", "", "price catalog file (default: the embedded one)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
-	if err := fs.Parse(args); err != nil {
+	files, help, err := parseFlags(fs, args, stdout, stderr)
+	if help || err != nil {
 		return err
 	}
-	if fs.NArg() == 0 {
-		return errors.New("usage: gateway replay --policy-dir DIR [--prices FILE] [--json] RECORDINGS…")
+	if len(files) == 0 {
+		return usageErrorf(fs, stderr, "replay: no recordings named")
 	}
 	pol, err := policy.New(ctx, policy.Options{Dir: *dir})
 	if err != nil {
@@ -126,7 +125,7 @@ func replayCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 			return fmt.Errorf("prices: %w", err)
 		}
 	}
-	recs, err := readRecordings(fs.Args(), os.Stdin)
+	recs, err := readRecordings(files, os.Stdin)
 	if err != nil {
 		return err
 	}

@@ -16,29 +16,91 @@ import (
 	"time"
 )
 
-// runsCommand is `gateway runs list|show|events|cancel|resume` against the
-// control plane.
-func runsCommand(ctx context.Context, args []string, stdout io.Writer, getenv func(string) string) error {
+const runsUsage = `Usage: gateway runs VERB [flags] [RUN_ID]
+
+  list      the runs, newest first
+  show      a run's record (with its resume token when it can be resumed)
+  events    a run's timeline
+  cancel    end a live run
+  resume    give a stopped run more budget
+  export    recorded runs as JSON Lines, for gateway replay
+
+gateway runs VERB -h shows the verb's flags.
+`
+
+// runsVerbs are the verbs of gateway runs: the synopsis and the flags each
+// takes beyond --admin (and --json, unless noJSON).
+var runsVerbs = map[string]struct {
+	synopsis string
+	flags    []string
+	noJSON   bool
+}{
+	"list":   {"[--status S] [--reason R] [--tenant T] [--since DUR] [--limit N] [--json]", []string{"status", "reason", "tenant", "since", "limit"}, false},
+	"show":   {"[--tenant T] [--json] RUN_ID", []string{"tenant"}, false},
+	"events": {"[--tenant T] [--json] RUN_ID", []string{"tenant"}, false},
+	"cancel": {"[--tenant T] [--json] RUN_ID", []string{"tenant"}, false},
+	"resume": {"[--tenant T] --add-budget BUDGET [--resume-token TOKEN] [--json] RUN_ID", []string{"tenant", "add-budget", "resume-token"}, false},
+	"export": {"[--since DUR] [--out FILE]", []string{"since", "out"}, true},
+}
+
+// runsCommand is `gateway runs list|show|events|cancel|resume|export`
+// against the control plane.
+func runsCommand(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
+	if len(args) > 0 && isHelp(args[0]) {
+		fmt.Fprint(stdout, runsUsage)
+		return nil
+	}
 	if len(args) == 0 {
-		return errors.New("usage: gateway runs list|show|events|cancel|resume|export [--admin URL] [--json]")
+		fmt.Fprint(stderr, runsUsage)
+		return UsageError{errors.New("runs: no verb")}
 	}
 	verb := args[0]
-	fs := flag.NewFlagSet("runs "+verb, flag.ContinueOnError)
-	adminURL := fs.String("admin", "http://127.0.0.1:9090", "control plane URL")
-	asJSON := fs.Bool("json", false, "print JSON for scripts")
-	status := fs.String("status", "", "list: filter by status")
-	reason := fs.String("reason", "", "list: filter by termination reason")
-	tenant := fs.String("tenant", "", "list: filter by tenant; show, events, cancel, resume: the run's tenant, needed where runs of several tenants share the id")
-	since := fs.Duration("since", 0, "list: runs created within this duration, e.g. 1h")
-	limit := fs.Int("limit", 0, "list: at most this many runs, newest first")
-	addBudget := fs.String("add-budget", "", "resume: budget to add, X-Run-Budget keys")
-	token := fs.String("resume-token", "", "resume: the record's resume token")
-	out := fs.String("out", "", "export: write the recordings to this file (JSON Lines) instead of stdout")
-	if err := fs.Parse(args[1:]); err != nil {
+	spec, ok := runsVerbs[verb]
+	if !ok {
+		fmt.Fprint(stderr, runsUsage)
+		return UsageError{fmt.Errorf("unknown runs command %q", verb)}
+	}
+	all := flag.NewFlagSet("", flag.ContinueOnError)
+	adminURL := all.String("admin", "http://127.0.0.1:9090", "control plane URL (token: HALTLINE_ADMIN_TOKEN)")
+	asJSON := all.Bool("json", false, "print the control plane's JSON, for scripts")
+	status := all.String("status", "", "only runs in this status")
+	reason := all.String("reason", "", "only runs ended for this termination reason")
+	tenant := all.String("tenant", "", "the run's tenant, needed where runs of several tenants share the id")
+	since := all.Duration("since", 0, "only runs created within this duration, e.g. 1h")
+	limit := all.Int("limit", 0, "at most this many runs, newest first")
+	addBudget := all.String("add-budget", "", "budget to add, X-Run-Budget keys (e.g. max_steps=5)")
+	token := all.String("resume-token", "", "the record's resume token")
+	out := all.String("out", "", "write the recordings to this file (JSON Lines) instead of stdout")
+	// The verb's flag set holds only its own flags, so that its usage does.
+	fs := newFlags("runs "+verb, spec.synopsis)
+	own := append([]string{"admin"}, spec.flags...)
+	if !spec.noJSON {
+		own = append(own, "json")
+	}
+	for _, name := range own {
+		f := all.Lookup(name)
+		usage := f.Usage
+		if name == "tenant" && verb == "list" {
+			usage = "only the runs of this tenant"
+		}
+		fs.Var(f.Value, f.Name, usage)
+	}
+	ops, help, err := parseFlags(fs, args[1:], stdout, stderr)
+	if help || err != nil {
 		return err
 	}
+	id := ""
+	switch {
+	case verb == "list" || verb == "export":
+		if len(ops) > 0 {
+			return usageErrorf(fs, stderr, "runs %s: unexpected %q", verb, ops[0])
+		}
+	case len(ops) != 1:
+		return usageErrorf(fs, stderr, "runs %s: want one RUN_ID", verb)
+	default:
+		id = ops[0]
+	}
 	c := adminClient{base: strings.TrimRight(*adminURL, "/"), token: getenv("HALTLINE_ADMIN_TOKEN")}
-	id := fs.Arg(0)
 	// runPath is the run's route, within its tenant when one is named.
 	runPath := func(suffix string) string {
 		p := "/api/v1/runs/" + url.PathEscape(id) + suffix
@@ -47,16 +109,7 @@ func runsCommand(ctx context.Context, args []string, stdout io.Writer, getenv fu
 		}
 		return p
 	}
-	needID := func() error {
-		if id == "" {
-			return fmt.Errorf("usage: gateway runs %s RUN_ID", verb)
-		}
-		return nil
-	}
-	var (
-		body []byte
-		err  error
-	)
+	var body []byte
 	switch verb {
 	case "export": // recordings for replay (replay.go)
 		return exportRecordings(ctx, c, *since, *out, stdout)
@@ -77,37 +130,26 @@ func runsCommand(ctx context.Context, args []string, stdout io.Writer, getenv fu
 		if err == nil && !*asJSON {
 			return printRunList(stdout, body)
 		}
-	case "show":
-		if err = needID(); err == nil {
-			body, err = c.do(ctx, "GET", runPath(""), nil)
-			if err == nil && !*asJSON {
-				return printRecord(stdout, body)
-			}
+	case "show", "cancel":
+		method, suffix := "GET", ""
+		if verb == "cancel" {
+			method, suffix = "POST", "/cancel"
+		}
+		body, err = c.do(ctx, method, runPath(suffix), nil)
+		if err == nil && !*asJSON {
+			return printRecord(stdout, body)
 		}
 	case "events":
-		if err = needID(); err == nil {
-			body, err = c.do(ctx, "GET", runPath("/events"), nil)
-			if err == nil && !*asJSON {
-				return printEvents(stdout, body)
-			}
-		}
-	case "cancel":
-		if err = needID(); err == nil {
-			body, err = c.do(ctx, "POST", runPath("/cancel"), nil)
-			if err == nil && !*asJSON {
-				return printRecord(stdout, body)
-			}
+		body, err = c.do(ctx, "GET", runPath("/events"), nil)
+		if err == nil && !*asJSON {
+			return printEvents(stdout, body)
 		}
 	case "resume":
-		if err = needID(); err == nil {
-			req, _ := json.Marshal(map[string]string{"add_budget": *addBudget, "resume_token": *token})
-			body, err = c.do(ctx, "POST", runPath("/resume"), req)
-			if err == nil && !*asJSON {
-				return printRecord(stdout, body)
-			}
+		req, _ := json.Marshal(map[string]string{"add_budget": *addBudget, "resume_token": *token})
+		body, err = c.do(ctx, "POST", runPath("/resume"), req)
+		if err == nil && !*asJSON {
+			return printRecord(stdout, body)
 		}
-	default:
-		return fmt.Errorf("unknown runs command %q", verb)
 	}
 	if err != nil {
 		return err
@@ -204,7 +246,7 @@ func printRecord(w io.Writer, body []byte) error {
 	order := []string{"run_id", "session_id", "tenant", "team", "status", "reason", "detail", "detector",
 		"agent_steps", "max_steps", "model_calls", "tool_calls", "input_tokens", "output_tokens",
 		"total_tokens", "actual_cost_usd", "elapsed_ms", "deadline_ms", "last_action", "recoverable",
-		"partial_result_available", "would_terminate"}
+		"partial_result_available", "resume_token", "would_terminate"}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	for _, k := range order {
 		v, ok := m[k]

@@ -1,7 +1,6 @@
 package app
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -27,28 +26,24 @@ configuration's store.data_dir (` + "`./haltline-data`" + ` without one).
 // storeCommand is `gateway store check|repair`: the embedded store's
 // damage, described and repaired offline.
 func storeCommand(args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 || isHelp(args[0]) {
 		fmt.Fprint(stdout, storeUsage)
 		return nil
 	}
 	verb := args[0]
-	if verb != "check" && verb != "repair" {
-		fmt.Fprint(stderr, storeUsage)
-		return fmt.Errorf("unknown store command %q", verb)
-	}
 	fs := flag.NewFlagSet("store "+verb, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stdout, storeUsage) }
+	fs.Usage = func() { fmt.Fprint(fs.Output(), storeUsage) }
+	if verb != "check" && verb != "repair" {
+		return usageErrorf(fs, stderr, "unknown store command %q", verb)
+	}
 	file := fs.String("config", "", "YAML configuration file (its store.data_dir)")
 	dataDir := fs.String("data-dir", "", "embedded store directory")
-	if err := fs.Parse(args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
+	ops, help, err := parseFlags(fs, args[1:], stdout, stderr)
+	if help || err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("gateway store %s: unexpected %q", verb, fs.Arg(0))
+	if len(ops) > 0 {
+		return usageErrorf(fs, stderr, "gateway store %s: unexpected %q", verb, ops[0])
 	}
 	cfg := config.Default()
 	if *file != "" {

@@ -428,6 +428,19 @@ func aoptionHeader(k, v string) aoption.RequestOption { return aoption.WithHeade
 
 // offersTools reports whether a request lets the model call tools: tools
 // present and tool_choice not "none" (OpenAI "none", Anthropic {"type":"none"}).
+// streamFlags reads whether a model request streams, and whether an OpenAI
+// chat stream asks for its usage chunk.
+func streamFlags(body []byte) (stream, includeUsage bool) {
+	var req struct {
+		Stream        bool `json:"stream"`
+		StreamOptions struct {
+			IncludeUsage bool `json:"include_usage"`
+		} `json:"stream_options"`
+	}
+	_ = json.Unmarshal(body, &req)
+	return req.Stream, req.StreamOptions.IncludeUsage
+}
+
 func offersTools(body []byte) bool {
 	var req struct {
 		Tools      []json.RawMessage `json:"tools"`

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -15,22 +14,16 @@ import (
 // incident is the runaway agent's model in both formats: the same log query
 // again and again, only its timestamp suffix moving.
 func incident(w http.ResponseWriter, r *http.Request, body []byte) {
-	var req struct {
-		Stream        bool `json:"stream"`
-		StreamOptions struct {
-			IncludeUsage bool `json:"include_usage"`
-		} `json:"stream_options"`
-	}
-	_ = json.Unmarshal(body, &req)
+	stream, includeUsage := streamFlags(body)
 	n := bytes.Count(body, []byte(`"tool_call_id"`)) + bytes.Count(body, []byte(`"tool_use_id"`))
 	final := !offersTools(body)
 	ts := time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC).Add(time.Duration(n) * 17 * time.Second).Format(time.RFC3339)
 	args := fmt.Sprintf(`{"query":"level:error service:checkout","since":%q}`, ts)
 	if r.URL.Path == "/v1/messages" {
-		anthropicAnswer(w, req.Stream, n+1, final, "Nothing found.", args, 300, 20)
+		anthropicAnswer(w, stream, n+1, final, "Nothing found.", args, 300, 20)
 		return
 	}
-	openaiAnswer(w, req.Stream, req.StreamOptions.IncludeUsage, n+1, final, "Nothing found.", args, 300, 20)
+	openaiAnswer(w, stream, includeUsage, n+1, final, "Nothing found.", args, 300, 20)
 }
 
 // The incident agent is stopped within 5 steps, receives a normal final

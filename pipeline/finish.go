@@ -143,7 +143,7 @@ func (p *Pipeline) finishLocked(ctx context.Context, t *Turn, out Outcome, cut b
 			r.Transition(runstate.Ready, now, "model call failed")
 		}
 		r.Record(now, runstate.Event{Type: runstate.EventModelCall, Model: t.Req.Model, Status: out.Status,
-			Detail: errDetail(out.Err)})
+			Step: t.step, Detail: errDetail(out.Err)})
 		if out.Status != 0 {
 			return nil // the upstream's own error passes through unchanged
 		}
@@ -294,7 +294,7 @@ func (p *Pipeline) settle(ctx context.Context, t *Turn, g *governance, resp *wir
 	}
 	p.obs.Usage(t.Req.API.Provider(), label, u, cost)
 	t.usage, t.cost, t.finishReason, t.toolCalls = u, cost, resp.FinishReason, len(resp.ToolCalls)
-	ev := runstate.Event{Type: runstate.EventModelCall, Model: model, Status: 200,
+	ev := runstate.Event{Type: runstate.EventModelCall, Model: model, Status: 200, Step: t.step,
 		InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, CostUSD: cost.USD(),
 		Detail: resp.FinishReason}
 	if failure != "" {

@@ -200,6 +200,12 @@ func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
 // route routes one request.
 func (s *Server) route(ctx *fasthttp.RequestCtx) {
 	path := string(ctx.Path())
+	if v1 := versioned(path); v1 != path {
+		// The rest of the call (codec, upstream URL) sees the provider's
+		// own path.
+		ctx.URI().SetPath(v1)
+		path = v1
+	}
 	post := ctx.IsPost()
 	switch {
 	case post && path == "/v1/chat/completions":
@@ -244,6 +250,22 @@ func (s *Server) handleError(ctx *fasthttp.RequestCtx, err error) {
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// unversioned are the provider routes some clients call without the /v1
+// prefix, having put it in their base URL or not (DESIGN §2): the model
+// routes, and the model list they read before the first call.
+var unversioned = []string{"/chat/completions", "/responses", "/messages", "/models"}
+
+// versioned is path with the /v1 prefix when it names a provider route
+// without it, else path unchanged.
+func versioned(path string) string {
+	for _, p := range unversioned {
+		if path == p || strings.HasPrefix(path, p+"/") {
+			return "/v1" + path
+		}
+	}
+	return path
 }
 
 func codecFor(path string, anthropicHeader bool) wire.Codec {

@@ -21,7 +21,10 @@ const (
 )
 
 // Event is one entry of a run's timeline. ElapsedMs is monotonic from the
-// run's first call; At is wall time for people.
+// run's first call; At is wall time for people. Step is the agent step the
+// event belongs to: a model call's is the step it takes, as its answer's
+// X-Run-Step says; an event recorded without one carries the steps taken
+// when it happened.
 type Event struct {
 	Seq       int64  `json:"seq"`
 	At        string `json:"at"`

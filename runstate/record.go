@@ -38,6 +38,13 @@ type Record struct {
 	WouldTerminate         []ShadowHit `json:"would_terminate,omitempty"`
 	Created                string      `json:"created"`
 	Ended                  string      `json:"ended,omitempty"`
+	// Model is the model the run's last model call named; LastActivity is
+	// the time of its last event and IdleMs how long ago that was: a run
+	// that is not ended and idle for long was most likely abandoned by its
+	// agent rather than still working.
+	Model        string `json:"model,omitempty"`
+	LastActivity string `json:"last_activity,omitempty"`
+	IdleMs       int64  `json:"idle_ms"`
 }
 
 // picoToUSD converts pico-USD to dollars for display only; ledgers stay in
@@ -72,6 +79,8 @@ func (r *Run) Snapshot(now time.Time) Record {
 		WouldTerminate:         r.WouldTerminate,
 		Created:                r.Created.UTC().Format(time.RFC3339Nano),
 	}
+	model, at, idle := r.activity(now)
+	rec.Model, rec.LastActivity, rec.IdleMs = model, at, idle.Milliseconds()
 	// The record shows names, as the agent knows them, beside the tenant.
 	rec.ID, rec.ParentID = NameOf(r.ID), NameOf(r.ParentID)
 	if r.State.Final() {
@@ -89,4 +98,24 @@ func (r *Run) Snapshot(now time.Time) Record {
 		rec.Reason = ReasonCompleted
 	}
 	return rec
+}
+
+// activity is the run's last model, the time of its last event (its
+// creation without one) and the time since. The caller holds Mu.
+func (r *Run) activity(now time.Time) (model, at string, idle time.Duration) {
+	last := r.Created
+	if n := len(r.Events); n > 0 {
+		if t, err := time.Parse(time.RFC3339Nano, r.Events[n-1].At); err == nil {
+			last = t
+		}
+		for i := n - 1; i >= 0 && model == ""; i-- {
+			if r.Events[i].Type == EventModelCall {
+				model = r.Events[i].Model
+			}
+		}
+	}
+	if idle = now.Sub(last); idle < 0 {
+		idle = 0
+	}
+	return model, last.UTC().Format(time.RFC3339Nano), idle
 }

@@ -168,7 +168,9 @@ func (r *Run) event(now time.Time, ev Event) {
 	}
 	ev.At = r.atText
 	ev.ElapsedMs = r.Elapsed(now).Milliseconds()
-	ev.Step = r.Counters.AgentSteps
+	if ev.Step == 0 {
+		ev.Step = r.Counters.AgentSteps
+	}
 	switch {
 	case r.Events == nil:
 		// A step records about four events: room for two steps at once,

@@ -68,6 +68,17 @@ function askToken() {
 const fmtUSD = (v) => (v || 0).toFixed(6);
 const fmtMs = (ms) => (ms >= 60000 ? (ms / 60000).toFixed(1) + " min" : ms >= 1000 ? (ms / 1000).toFixed(1) + " s" : (ms || 0) + " ms");
 const badge = (status) => el("span", { class: "badge st-" + status, text: status });
+const fmtTime = (s) => (s || "").replace("T", " ").replace(/\.\d+Z$/, "Z");
+
+// idleAfterMs is the threshold of the "Idle after" field: a run that has not
+// ended and has had no activity for longer most likely lost its agent (a
+// crash, a closed laptop) and is not working, whatever its state says.
+function idleAfterMs() {
+  const v = Number(new FormData($("#filters")).get("idle"));
+  return (Number.isFinite(v) && v >= 0 ? v : 2) * 60000;
+}
+const isIdle = (r) => !FINAL.includes(r.status) && (r.idle_ms || 0) > idleAfterMs();
+const idleMark = (r) => el("span", { class: "idle-mark", title: "no activity since " + fmtTime(r.last_activity), text: "idle " + fmtMs(r.idle_ms) });
 
 // Live counts from the unfiltered list: active runs and termination reasons.
 async function refreshCounts() {
@@ -93,13 +104,14 @@ function filterQuery() {
 async function renderList() {
   const { body } = await api("/api/v1/runs?" + filterQuery());
   const runs = body.runs || [];
-  const rows = runs.map((r) => el("tr", { "data-run": r.run_id },
+  const rows = runs.map((r) => el("tr", Object.assign({ "data-run": r.run_id }, isIdle(r) ? { class: "idle" } : {}),
     el("td", {}, el("a", { href: runHash(r) }, el("code", { text: r.run_id }))),
-    el("td", { text: r.tenant || "" }), el("td", { text: r.team || "" }),
-    el("td", {}, badge(r.status)), el("td", { class: "reason", text: r.reason || "" }),
+    el("td", { text: r.tenant || "" }), el("td", { text: r.team || "" }), el("td", { class: "model", text: r.model || "" }),
+    el("td", { class: "status" }, badge(r.status), ...(isIdle(r) ? [idleMark(r)] : [])),
+    el("td", { class: "reason", text: r.reason || "" }),
     el("td", { class: "num", text: r.agent_steps }), el("td", { class: "num", text: r.total_tokens }),
     el("td", { class: "num", text: fmtUSD(r.actual_cost_usd) }), el("td", { class: "num", text: fmtMs(r.elapsed_ms) }),
-    el("td", { text: (r.created || "").replace("T", " ").replace(/\.\d+Z$/, "Z") })));
+    el("td", { text: fmtTime(r.created) }), el("td", { class: "last-activity", text: fmtTime(r.last_activity) })));
   $("#runs-table tbody").replaceChildren(...rows);
   $("#runs-empty").hidden = runs.length > 0;
 }
@@ -115,7 +127,7 @@ async function renderRun(ref) {
     api(runURL(ref, "/events")),
   ]);
   $("#run-id").textContent = rec.run_id;
-  $("#run-status").replaceWith(Object.assign(badge(rec.status), { id: "run-status" }));
+  $("#run-status").replaceWith(Object.assign(el("span", {}, badge(rec.status), ...(isIdle(rec) ? [idleMark(rec)] : [])), { id: "run-status" }));
   const ended = FINAL.includes(rec.status);
   $("#run-ending").hidden = !ended;
   $("#run-ending").className = "ending" + (rec.status.startsWith("completed") ? " ok" : "");
@@ -135,6 +147,8 @@ async function renderRun(ref) {
   dl.replaceChildren();
   fact(dl, "session", rec.session_id); fact(dl, "tenant", rec.tenant); fact(dl, "team", rec.team);
   fact(dl, "agent", rec.agent_id); fact(dl, "parent run", rec.parent_run_id); fact(dl, "task type", rec.task_type);
+  fact(dl, "model", rec.model);
+  fact(dl, "last activity", fmtTime(rec.last_activity) + (FINAL.includes(rec.status) ? "" : " (" + fmtMs(rec.idle_ms) + " ago)"));
   fact(dl, "steps", rec.agent_steps + (rec.max_steps ? " of " + rec.max_steps : ""));
   fact(dl, "model calls", rec.model_calls); fact(dl, "tool calls", rec.tool_calls);
   fact(dl, "input tokens", rec.input_tokens); fact(dl, "output tokens", rec.output_tokens);

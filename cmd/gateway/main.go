@@ -12,6 +12,6 @@ import (
 func main() {
 	if err := app.Main(context.Background(), os.Args[1:], os.Stdout, os.Stderr, os.Getenv); err != nil {
 		fmt.Fprintln(os.Stderr, "gateway:", err)
-		os.Exit(1)
+		os.Exit(app.ExitCode(err))
 	}
 }
