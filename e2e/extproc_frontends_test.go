@@ -101,7 +101,7 @@ func (f *facts) record(rec runstate.Record) {
 // volatile hides what differs between two gateways by construction: run
 // ids, synthetic message ids and timestamps.
 var volatile = regexp.MustCompile(`(r-|run_|run-|msg_|chatcmpl-|resp_)[A-Za-z0-9_-]{6,}|"created(_at)?":\s*\d+|` +
-	`time_ms=\d+|"(elapsed_ms|resume_token|created|ended)":("[^"]*"|\d+)`)
+	`time_ms=\d+|"(elapsed_ms|resume_token|created|ended|last_activity|idle_ms)":("[^"]*"|\d+)`)
 
 func (f *facts) answer(resp *http.Response, body []byte) {
 	f.add("status %d", resp.StatusCode)
