@@ -79,6 +79,7 @@ func TestCutEveryLongToolOutput(t *testing.T) {
 func BenchmarkCut(b *testing.B) {
 	long := strings.Repeat("2026-12-06 03:00:17 checkout error: upstream timeout after 30s\n", 3200)
 	r := rand.New(rand.NewPCG(1, 1))
+	small := genConversation(r, 1, 200).render(wire.APIChat)
 	g := genConversation(r, 6, 300)
 	nothing := g.render(wire.APIChat)
 	g.steps[0].calls = []genCall{{id: "call_big", name: "read_logs", args: `{}`, result: long}}
@@ -88,7 +89,7 @@ func BenchmarkCut(b *testing.B) {
 	for _, tc := range []struct {
 		name string
 		body []byte
-	}{{"200KB-output", big}, {"nothing-to-cut", nothing}} {
+	}{{"200KB-output", big}, {"nothing-to-cut", nothing}, {"small-request", small}} {
 		b.Run(tc.name, func(b *testing.B) {
 			var st State
 			b.SetBytes(int64(len(tc.body)))
@@ -102,12 +103,12 @@ func BenchmarkCut(b *testing.B) {
 	}
 }
 
-func BenchmarkHasLongString(b *testing.B) {
+func BenchmarkMayCut(b *testing.B) {
 	r := rand.New(rand.NewPCG(1, 1))
 	body := genConversation(r, 6, 300).render(wire.APIChat)
 	b.SetBytes(int64(len(body)))
 	for b.Loop() {
-		if hasLongString(body, DefaultInlineLimit) {
+		if MayCut(body, 0) {
 			b.Fatal("long string found")
 		}
 	}

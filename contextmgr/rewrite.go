@@ -203,7 +203,7 @@ func (rw *Rewriter) Rewrite(ctx context.Context, api wire.API, body []byte, wate
 // caches keep hitting. A body with no output to cut comes back as the
 // same slice; one holding no string longer than the limit is not read.
 func (rw *Rewriter) Cut(api wire.API, body []byte, st *State) (out []byte, rep Report, err error) {
-	if !hasLongString(body, rw.inlineLimit()) {
+	if !MayCut(body, rw.InlineLimit) {
 		return body, rep, nil
 	}
 	c := getConv()
@@ -240,11 +240,13 @@ func (rw *Rewriter) Cut(api wire.API, body []byte, st *State) (out []byte, rep R
 	return out, rep, nil
 }
 
-// hasLongString reports whether body holds a JSON string whose raw bytes
-// outnumber limit characters: a tool output to cut needs one, and most
-// requests have none, so this one pass of the string scanner is all they
+// MayCut reports whether Cut with this inline limit (0: the default) may
+// have anything to cut in body: whether it holds a JSON string whose raw
+// bytes outnumber limit characters. Most requests hold none, and this one
+// pass of the string scanner (none below the limit's size) is all they
 // pay.
-func hasLongString(body []byte, limit int) bool {
+func MayCut(body []byte, limit int) bool {
+	limit = orDefault(limit, DefaultInlineLimit)
 	if len(body) <= limit {
 		return false
 	}

@@ -93,7 +93,8 @@ func (p *Pipeline) rewriter(t *Turn, g *governance, now time.Time) (rw contextmg
 // the run's lock.
 func (p *Pipeline) cutToolOutput(t *Turn, g *governance, now time.Time) []byte {
 	body := t.Call.Body
-	if to := g.limits.ToolOutput; p.opts.Context == nil || (to.Whole && len(to.WholeTools) == 0) {
+	to := g.limits.ToolOutput
+	if p.opts.Context == nil || (to.Whole && len(to.WholeTools) == 0) || !contextmgr.MayCut(body, to.Inline) {
 		return body
 	}
 	rw, st, shadow := p.rewriter(t, g, now)
