@@ -239,24 +239,14 @@ func (d decoder) limitsInto(l *Limits) error {
 	}
 	if ok {
 		l.ToolQuotas = make(map[string]int64, q.obj.Len())
-		var ferr error
-		q.obj.Foreach(func(k, _ *ast.Term) {
-			name, isStr := k.Value.(ast.String)
-			if !isStr || ferr != nil {
-				if ferr == nil {
-					ferr = q.errf(k.String(), "want a string key")
-				}
-				return
-			}
+		err := q.keys(func(name string) error {
 			var n int64
-			if err := q.int64(string(name), &n); err != nil {
-				ferr = err
-				return
-			}
-			l.ToolQuotas[string(name)] = n
+			err := q.int64(name, &n)
+			l.ToolQuotas[name] = n
+			return err
 		})
-		if ferr != nil {
-			return ferr
+		if err != nil {
+			return err
 		}
 	}
 	for _, f := range []struct {
@@ -307,29 +297,33 @@ func (d decoder) toolOutputInto(o *ToolOutput) error {
 		return err
 	}
 	o.WholeTools = make(map[string]bool, tools.obj.Len())
-	var ferr error
-	tools.obj.Foreach(func(k, _ *ast.Term) {
-		name, isStr := k.Value.(ast.String)
-		if ferr != nil {
-			return
-		}
-		if !isStr {
-			ferr = tools.errf(k.String(), "want a tool name")
-			return
-		}
-		tool, _, err := tools.sub(string(name))
-		if err != nil {
-			ferr = err
-			return
-		}
+	return tools.keys(func(name string) error {
+		tool, _, err := tools.sub(name)
 		cut := !o.Whole
-		if err := tool.bool("cut", &cut); err != nil {
-			ferr = err
+		if err == nil {
+			err = tool.bool("cut", &cut)
+		}
+		o.WholeTools[name] = !cut
+		return err
+	})
+}
+
+// keys calls fn with each key of the object, in order, until fn returns an
+// error; a key that is not a string is an error.
+func (d decoder) keys(fn func(key string) error) error {
+	var err error
+	d.obj.Foreach(func(k, _ *ast.Term) {
+		if err != nil {
 			return
 		}
-		o.WholeTools[string(name)] = !cut
+		key, isStr := k.Value.(ast.String)
+		if !isStr {
+			err = d.errf(k.String(), "want a string key")
+			return
+		}
+		err = fn(string(key))
 	})
-	return ferr
+	return err
 }
 
 func decodeBudget(v ast.Value) (Limits, error) {
@@ -451,31 +445,19 @@ func decodeTermination(v ast.Value) (TerminationAnswer, error) {
 	if err != nil || !ok {
 		return a, err
 	}
-	var ferr error
-	e.obj.Foreach(func(k, _ *ast.Term) {
-		line, isStr := k.Value.(ast.String)
-		if ferr != nil {
-			return
-		}
-		if !isStr {
-			ferr = e.errf(k.String(), "want a string key")
-			return
-		}
+	err = e.keys(func(line string) error {
 		var mode string
-		if err := e.string(string(line), &mode, Enforce, Shadow); err != nil {
-			ferr = err
-			return
-		}
-		if mode == "" {
-			return
+		if err := e.string(line, &mode, Enforce, Shadow); err != nil || mode == "" {
+			return err
 		}
 		if a.Enforcement == nil {
 			a.Enforcement = map[string]string{}
 		}
-		a.Enforcement[string(line)] = mode
+		a.Enforcement[line] = mode
+		return nil
 	})
-	if ferr != nil {
-		return TerminationAnswer{}, ferr
+	if err != nil {
+		return TerminationAnswer{}, err
 	}
 	return a, nil
 }
