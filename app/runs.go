@@ -245,8 +245,11 @@ func printRecord(w io.Writer, body []byte) error {
 	}
 	order := []string{"run_id", "session_id", "tenant", "team", "status", "reason", "detail", "detector",
 		"agent_steps", "max_steps", "model_calls", "tool_calls", "input_tokens", "output_tokens",
-		"total_tokens", "actual_cost_usd", "elapsed_ms", "deadline_ms", "last_action", "recoverable",
+		"total_tokens", "actual_cost_usd", "estimated_cost_usd", "elapsed_ms", "deadline_ms", "last_action", "recoverable",
 		"partial_result_available", "resume_token", "would_terminate"}
+	// The record's estimated_cost_usd is the sum of the calls' worst cases
+	// reserved before they went out, not a forecast: it is named so here.
+	label := map[string]string{"estimated_cost_usd": "reserved_worst_case_usd"}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	for _, k := range order {
 		v, ok := m[k]
@@ -256,7 +259,11 @@ func printRecord(w io.Writer, body []byte) error {
 		if b, err := json.Marshal(v); err == nil && (strings.HasPrefix(string(b), "{") || strings.HasPrefix(string(b), "[")) {
 			v = string(b)
 		}
-		fmt.Fprintf(tw, "%s\t%v\n", k, v)
+		name := k
+		if l, ok := label[k]; ok {
+			name = l
+		}
+		fmt.Fprintf(tw, "%s\t%v\n", name, v)
 	}
 	return tw.Flush()
 }

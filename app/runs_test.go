@@ -133,7 +133,7 @@ func TestRunsCLI(t *testing.T) {
 		{desc: "list as JSON", args: []string{"list", "--json", "--reason", "loop_detected"},
 			want: []string{`"run_id": "` + loopID + `"`, `"count": 1`}},
 		{desc: "show", args: []string{"show", loopID},
-			want: []string{"reason", "loop_detected", "detector", "last_action", "query_logs", "recoverable", "resume_token"}},
+			want: []string{"reason", "loop_detected", "detector", "last_action", "query_logs", "recoverable", "resume_token", "reserved_worst_case_usd"}},
 		{desc: "show as JSON", args: []string{"show", "--json", loopID}, want: []string{`"resume_token"`, `"status": "terminated"`}},
 		{desc: "events", args: []string{"events", loopID},
 			want: []string{"SEQ", "transition", "deciding → executing_tools", "tool_call", "query_logs args=", "model_call", "termination", "loop_detected"}},

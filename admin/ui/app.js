@@ -153,7 +153,7 @@ async function renderRun(ref) {
   fact(dl, "model calls", rec.model_calls); fact(dl, "tool calls", rec.tool_calls);
   fact(dl, "input tokens", rec.input_tokens); fact(dl, "output tokens", rec.output_tokens);
   fact(dl, "reasoning tokens", rec.reasoning_tokens); fact(dl, "cached tokens", rec.cached_tokens);
-  fact(dl, "cost USD", fmtUSD(rec.actual_cost_usd) + " (estimated " + fmtUSD(rec.estimated_cost_usd) + ")");
+  fact(dl, "cost USD", fmtUSD(rec.actual_cost_usd) + " (reserved, worst case " + fmtUSD(rec.estimated_cost_usd) + ")");
   fact(dl, "elapsed", fmtMs(rec.elapsed_ms) + (rec.deadline_ms ? " of " + fmtMs(rec.deadline_ms) : ""));
   fact(dl, "loop detector hits", rec.loop_detector_hits);
   fact(dl, "partial result", rec.partial_result_available ? "available" : "");
