@@ -78,6 +78,11 @@ func (s *Server) model(ctx *fasthttp.RequestCtx, codec wire.Codec, prov *config.
 	s.p.Forwarding(t, func(k, v string) { h.Set(k, v) })
 	start := time.Now()
 	up := s.fastFor(prov)
+	if t.ReadBackOffered() {
+		watch.Stop()
+		s.readBackRounds(ctx, t, prov, up, received)
+		return
+	}
 	if up != nil && !t.Req.Stream {
 		s.relayBuffered(ctx, t, prov, up, start, received)
 		watch.Stop()
