@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -30,20 +31,21 @@ const readToolDescription = "Returns characters of the full text of a tool resul
 	"Pass the handle named in the cut result; offset (characters from the start, default 0) and length " +
 	"(default and at most 8000) choose the slice."
 
-const readToolSchema = `{"type":"object","properties":{` +
+// ReadBlobSchema is the JSON schema of the read tool's arguments.
+const ReadBlobSchema = `{"type":"object","properties":{` +
 	`"handle":{"type":"string","description":"the handle named in the cut result"},` +
 	`"offset":{"type":"integer","description":"first character to return, from 0"},` +
-	`"length":{"type":"integer","description":"how many characters to return, at most 8000"}},` +
+	`"length":{"type":"integer","description":"how many characters to return"}},` +
 	`"required":["handle"]}`
 
 // readToolDefs is the read tool as each API defines a tool.
 var readToolDefs = map[wire.API][]byte{
 	wire.APIChat: []byte(`{"type":"function","function":{"name":"` + ReadBlobTool + `","description":` +
-		strconv.Quote(readToolDescription) + `,"parameters":` + readToolSchema + `}}`),
+		strconv.Quote(readToolDescription) + `,"parameters":` + ReadBlobSchema + `}}`),
 	wire.APIResponses: []byte(`{"type":"function","name":"` + ReadBlobTool + `","description":` +
-		strconv.Quote(readToolDescription) + `,"parameters":` + readToolSchema + `}`),
+		strconv.Quote(readToolDescription) + `,"parameters":` + ReadBlobSchema + `}`),
 	wire.APIMessages: []byte(`{"name":"` + ReadBlobTool + `","description":` +
-		strconv.Quote(readToolDescription) + `,"input_schema":` + readToolSchema + `}`),
+		strconv.Quote(readToolDescription) + `,"input_schema":` + ReadBlobSchema + `}`),
 }
 
 // offerReadTool adds the read tool to the tools of body, a request to
@@ -78,7 +80,7 @@ func (p *Pipeline) ReadBlobSlice(owner BlobOwner, args []byte, limit int) (text 
 	}
 	full, err := p.Blob(owner, a.Handle)
 	if err != nil {
-		return "no cut result has the handle " + strconv.Quote(a.Handle), true
+		return "no cut result has the handle " + strconv.Quote(strings.ToValidUTF8(a.Handle[:min(len(a.Handle), 200)], "?")), true
 	}
 	if a.Offset < 0 || a.Length < 0 {
 		return "offset and length count characters from 0", true
