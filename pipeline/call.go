@@ -28,6 +28,10 @@ type Call struct {
 	// own to the same provider with the caller's credentials (the context
 	// manager's summary call); nil where it cannot (ext_proc).
 	Upstream func(ctx context.Context, body []byte) (status int, respBody []byte, err error)
+	// ReadsBack is set by a front end that runs the read-back rounds of a
+	// call (Turn.ReadBackOffered, ReadBack): only then does a forwarded
+	// request offer the gateway's read tool.
+	ReadsBack bool
 
 	// A read-back round (ReadBack): the run it continues, and how many
 	// rounds the client's request has taken before it.

@@ -3,14 +3,12 @@ package pipeline
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
-
-	"github.com/tidwall/gjson"
-	"github.com/tidwall/sjson"
 
 	"github.com/haltline/haltline/runstate"
 	"github.com/haltline/haltline/wire"
@@ -37,35 +35,6 @@ const ReadBlobSchema = `{"type":"object","properties":{` +
 	`"offset":{"type":"integer","description":"first character to return, from 0"},` +
 	`"length":{"type":"integer","description":"how many characters to return"}},` +
 	`"required":["handle"]}`
-
-// readToolDefs is the read tool as each API defines a tool.
-var readToolDefs = map[wire.API][]byte{
-	wire.APIChat: []byte(`{"type":"function","function":{"name":"` + ReadBlobTool + `","description":` +
-		strconv.Quote(readToolDescription) + `,"parameters":` + ReadBlobSchema + `}}`),
-	wire.APIResponses: []byte(`{"type":"function","name":"` + ReadBlobTool + `","description":` +
-		strconv.Quote(readToolDescription) + `,"parameters":` + ReadBlobSchema + `}`),
-	wire.APIMessages: []byte(`{"name":"` + ReadBlobTool + `","description":` +
-		strconv.Quote(readToolDescription) + `,"input_schema":` + ReadBlobSchema + `}`),
-}
-
-// offerReadTool adds the read tool to the tools of body, a request to
-// forward, unless the agent offers a tool of that name itself.
-func offerReadTool(api wire.API, body []byte) ([]byte, error) {
-	def, ok := readToolDefs[api]
-	if !ok {
-		return body, nil
-	}
-	name := "tools.#.name"
-	if api == wire.APIChat {
-		name = "tools.#.function.name"
-	}
-	for _, n := range gjson.GetBytes(body, name).Array() {
-		if n.String() == ReadBlobTool {
-			return body, nil
-		}
-	}
-	return sjson.SetRawBytes(body, "tools.-1", def)
-}
 
 // ReadBlobSlice answers a call of the read tool with args, its JSON
 // arguments: the slice of the cut output asked for, or what is wrong (bad
@@ -170,7 +139,11 @@ func (p *Pipeline) ReadBack(ctx context.Context, t *Turn) *Turn {
 		}
 		results[i], _ = p.ReadBlobSlice(owner, tc.Arguments, ReadBackChars)
 	}
-	body, err := appendReadBack(t.Req.API, t.Call.Body, ans, results)
+	var body []byte
+	err := errNoRounds
+	if tr, ok := t.codec.(wire.ToolRounds); ok {
+		body, err = tr.AppendToolRound(t.Call.Body, ans.Text, ans.ToolCalls, results)
+	}
 	call := *t.Call
 	call.Body, call.readRound, call.run = body, t.Call.readRound+1, t.run
 	if err != nil {
@@ -181,6 +154,22 @@ func (p *Pipeline) ReadBack(ctx context.Context, t *Turn) *Turn {
 	return p.Begin(ctx, &call, t.codec)
 }
 
+var errNoRounds = errors.New("the API takes no tool round of the gateway's")
+
+// offerReadTool adds the read tool to body, a request to forward; ok is
+// false when the codec cannot.
+func offerReadTool(c wire.Codec, body []byte) (out []byte, ok bool) {
+	tr, can := c.(wire.ToolRounds)
+	if !can {
+		return body, false
+	}
+	out, err := tr.OfferTool(body, ReadBlobTool, readToolDescription, ReadBlobSchema)
+	if err != nil {
+		return body, false
+	}
+	return out, true
+}
+
 // ReadBackOffered reports that the forwarded request offers the gateway's
 // read tool: the front end runs the call's rounds (ReadBack) before the
 // client sees any of the answer.
@@ -189,70 +178,3 @@ func (t *Turn) ReadBackOffered() bool { return t.readOffer }
 // notRunReading is the result of an agent's tool call in an answer that
 // also read a cut output: the gateway ran neither for the agent.
 const notRunReading = "Not run: a cut tool output was read first. Call this tool again if it is still needed."
-
-// appendReadBack returns body, a request of api, with the model's answer
-// ans and the results of its tool calls appended to the history.
-func appendReadBack(api wire.API, body []byte, ans *wire.Response, results []string) ([]byte, error) {
-	var err error
-	add := func(path string, v any) {
-		if err == nil {
-			body, err = sjson.SetBytes(body, path, v)
-		}
-	}
-	switch api {
-	case wire.APIChat:
-		type fn struct {
-			Name      string `json:"name"`
-			Arguments string `json:"arguments"`
-		}
-		type call struct {
-			ID       string `json:"id"`
-			Type     string `json:"type"`
-			Function fn     `json:"function"`
-		}
-		calls := make([]call, len(ans.ToolCalls))
-		for i, tc := range ans.ToolCalls {
-			calls[i] = call{ID: tc.ID, Type: "function", Function: fn{Name: tc.Name, Arguments: string(tc.Arguments)}}
-		}
-		var content any
-		if ans.Text != "" {
-			content = ans.Text
-		}
-		add("messages.-1", map[string]any{"role": "assistant", "content": content, "tool_calls": calls})
-		for i, tc := range ans.ToolCalls {
-			add("messages.-1", map[string]any{"role": "tool", "tool_call_id": tc.ID, "content": results[i]})
-		}
-	case wire.APIResponses:
-		if in := gjson.GetBytes(body, "input"); in.Type == gjson.String {
-			add("input", []any{map[string]any{"role": "user", "content": in.String()}})
-		}
-		if ans.Text != "" {
-			add("input.-1", map[string]any{"role": "assistant", "content": ans.Text})
-		}
-		for _, tc := range ans.ToolCalls {
-			add("input.-1", map[string]any{"type": "function_call", "call_id": tc.ID, "name": tc.Name, "arguments": string(tc.Arguments)})
-		}
-		for i, tc := range ans.ToolCalls {
-			add("input.-1", map[string]any{"type": "function_call_output", "call_id": tc.ID, "output": results[i]})
-		}
-	case wire.APIMessages:
-		blocks := make([]any, 0, len(ans.ToolCalls)+1)
-		if ans.Text != "" {
-			blocks = append(blocks, map[string]any{"type": "text", "text": ans.Text})
-		}
-		out := make([]any, len(ans.ToolCalls))
-		for i, tc := range ans.ToolCalls {
-			input := json.RawMessage(tc.Arguments)
-			if !json.Valid(input) {
-				input = json.RawMessage(`{}`)
-			}
-			blocks = append(blocks, map[string]any{"type": "tool_use", "id": tc.ID, "name": tc.Name, "input": input})
-			out[i] = map[string]any{"type": "tool_result", "tool_use_id": tc.ID, "content": results[i]}
-		}
-		add("messages.-1", map[string]any{"role": "assistant", "content": blocks})
-		add("messages.-1", map[string]any{"role": "user", "content": out})
-	default:
-		return nil, fmt.Errorf("no read-back for %s", api)
-	}
-	return body, err
-}

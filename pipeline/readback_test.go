@@ -116,7 +116,7 @@ func TestReadBackRounds(t *testing.T) {
 				}
 				return false
 			}
-			tn := p.Begin(ctx, &pipeline.Call{API: api.codec.API(), Body: []byte(api.request(out)), RunID: "r-read"}, api.codec)
+			tn := p.Begin(ctx, &pipeline.Call{API: api.codec.API(), Body: []byte(api.request(out)), RunID: "r-read", ReadsBack: true}, api.codec)
 			if tn.Answer != nil || !tn.ReadBackOffered() || !offered(tn) {
 				t.Fatalf("the first call offers the read tool: %v (answer %v)", tn.ReadBackOffered(), tn.Answer)
 			}

@@ -56,6 +56,7 @@ func (s *Server) model(ctx *fasthttp.RequestCtx, codec wire.Codec, prov *config.
 		TaskType:    string(h.Peek("X-Task-Type")),
 		RunBudget:   string(h.Peek("X-Run-Budget")),
 		Principal:   principal,
+		ReadsBack:   true,
 		Upstream: func(cctx context.Context, body []byte) (int, []byte, error) {
 			return s.ownCall(cctx, ctx, prov, body)
 		},
