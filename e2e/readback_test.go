@@ -57,10 +57,7 @@ func (m *readBackModel) serve(w http.ResponseWriter, r *http.Request, body []byt
 func TestModelReadsCutOutputBack(t *testing.T) {
 	t.Parallel()
 	big := bigToolOutput()
-	for _, tc := range []struct {
-		desc              string
-		anthropic, stream bool
-	}{{"chat", false, false}, {"chat stream", false, true}, {"anthropic", true, false}, {"anthropic stream", true, true}} {
+	for _, tc := range sdkAgents {
 		t.Run(tc.desc, func(t *testing.T) {
 			t.Parallel()
 			m := &readBackModel{}

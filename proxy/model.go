@@ -89,13 +89,7 @@ func (s *Server) model(ctx *fasthttp.RequestCtx, codec wire.Codec, prov *config.
 		watch.Stop()
 		return
 	}
-	var ans answer
-	var err error
-	if up != nil {
-		ans, err = s.sendStream(t.Ctx, ctx, t, prov, up)
-	} else {
-		ans, err = s.send(t.Ctx, ctx, t, prov)
-	}
+	ans, err := s.sendOpen(ctx, t, prov, up)
 	wait := time.Since(start)
 	firstByte := wait // the answer's headers are in
 	if err != nil {
@@ -121,12 +115,7 @@ func (s *Server) model(ctx *fasthttp.RequestCtx, codec wire.Codec, prov *config.
 			writeAnswer(ctx, a)
 			return
 		}
-		ans.copyHeaders(&ctx.Response.Header)
-		ans.free()
-		s.p.Headers(t, ctx.Response.Header.Set)
-		setOverhead(ctx, received, wait)
-		ctx.SetStatusCode(ans.status)
-		ctx.SetBody(body)
+		s.writeWhole(ctx, t, ans, body, received, wait)
 		return
 	}
 
@@ -164,6 +153,26 @@ type answer struct {
 	// releases what holds them, once the body is closed.
 	copyHeaders func(*fasthttp.ResponseHeader)
 	free        func()
+}
+
+// writeWhole answers the client with the upstream's answer, its headers
+// relayed and body whole (not aliasing ans, which it frees).
+func (s *Server) writeWhole(ctx *fasthttp.RequestCtx, t *pipeline.Turn, ans answer, body []byte, received time.Time, wait time.Duration) {
+	ans.copyHeaders(&ctx.Response.Header)
+	ans.free()
+	s.p.Headers(t, ctx.Response.Header.Set)
+	setOverhead(ctx, received, wait)
+	ctx.SetStatusCode(ans.status)
+	ctx.SetBody(body)
+}
+
+// sendOpen forwards the turn's body and returns the answer with its body
+// open: with the provider's fasthttp client for streams when it has one.
+func (s *Server) sendOpen(ctx *fasthttp.RequestCtx, t *pipeline.Turn, prov *config.Provider, up *fastUpstream) (answer, error) {
+	if up != nil {
+		return s.sendStream(t.Ctx, ctx, t, prov, up)
+	}
+	return s.send(t.Ctx, ctx, t, prov)
 }
 
 // relayBuffered forwards a call that asked for no stream and answers with

@@ -24,13 +24,7 @@ func (s *Server) readBackRounds(ctx *fasthttp.RequestCtx, t *pipeline.Turn, prov
 	for {
 		watch := watchHangupAfter(ctx.Conn(), hangupWatchDelay, t.Abort)
 		start := time.Now()
-		var ans answer
-		var err error
-		if up != nil {
-			ans, err = s.sendStream(t.Ctx, ctx, t, prov, up)
-		} else {
-			ans, err = s.send(t.Ctx, ctx, t, prov)
-		}
+		ans, err := s.sendOpen(ctx, t, prov, up)
 		firstByte := time.Since(start)
 		if err != nil {
 			watch.Stop()
@@ -85,12 +79,7 @@ func (s *Server) readBackRounds(ctx *fasthttp.RequestCtx, t *pipeline.Turn, prov
 				body = append(body, t.CutEvent()...)
 			}
 		}
-		ans.copyHeaders(&ctx.Response.Header)
-		ans.free()
-		s.p.Headers(t, ctx.Response.Header.Set)
-		setOverhead(ctx, received, waited)
-		ctx.SetStatusCode(out.Status)
-		ctx.SetBody(body)
+		s.writeWhole(ctx, t, ans, body, received, waited)
 		return
 	}
 }
