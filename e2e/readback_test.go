@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -42,8 +43,12 @@ func (m *readBackModel) serve(w http.ResponseWriter, r *http.Request, body []byt
 		half := len(bigToolOutput()) / 2
 		tool, args = pipeline.ReadBlobTool, fmt.Sprintf(`{"handle":%q,"offset":%d,"length":200}`, h[1], half-100)
 	}
-	if r.URL.Path == "/v1/messages" {
+	switch r.URL.Path {
+	case "/v1/messages":
 		anthropicToolAnswer(w, stream, n, final, readBackFound, tool, args, 300, 20)
+		return
+	case "/v1/responses":
+		responsesToolAnswer(w, stream, n, final, readBackFound, tool, args, 300, 20)
 		return
 	}
 	openaiToolAnswer(w, stream, includeUsage, n, final, readBackFound, tool, args, 300, 20)
@@ -57,7 +62,8 @@ func (m *readBackModel) serve(w http.ResponseWriter, r *http.Request, body []byt
 func TestModelReadsCutOutputBack(t *testing.T) {
 	t.Parallel()
 	big := bigToolOutput()
-	for _, tc := range sdkAgents {
+	agents := append(slices.Clone(sdkAgents), sdkAgent{desc: "responses", responses: true}, sdkAgent{desc: "responses stream", responses: true, stream: true})
+	for _, tc := range agents {
 		t.Run(tc.desc, func(t *testing.T) {
 			t.Parallel()
 			m := &readBackModel{}
@@ -71,9 +77,12 @@ func TestModelReadsCutOutputBack(t *testing.T) {
 			}
 			var runID, text string
 			var steps int
-			if tc.anthropic {
+			switch {
+			case tc.anthropic:
 				runID, steps, _, text = anthropicAgentWith(t, anthropicClient(g), tc.stream, 5, result)
-			} else {
+			case tc.responses:
+				runID, steps, _, text = responsesAgent(t, openaiClient(g), tc.stream, 5, result)
+			default:
 				runID, steps, _, text = openaiAgentWith(t, openaiClient(g), tc.stream, 5, result)
 			}
 			if steps != 2 || text != readBackFound {

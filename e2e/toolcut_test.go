@@ -25,12 +25,15 @@ func bigToolOutput() string {
 	return half + "MIDDLE-MARKER the one line that matters\n" + half
 }
 
+type sdkAgent struct {
+	desc                         string
+	anthropic, responses, stream bool
+}
+
 // sdkAgents are the agents of the cut tests: each official SDK's, its
 // model's answers streamed or not.
-var sdkAgents = []struct {
-	desc              string
-	anthropic, stream bool
-}{{"chat", false, false}, {"chat stream", false, true}, {"anthropic", true, false}, {"anthropic stream", true, true}}
+var sdkAgents = []sdkAgent{{desc: "chat"}, {desc: "chat stream", stream: true},
+	{desc: "anthropic", anthropic: true}, {desc: "anthropic stream", anthropic: true, stream: true}}
 
 var handleInText = regexp.MustCompile(`handle (b-[0-9a-z]+)`)
 
