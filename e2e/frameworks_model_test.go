@@ -84,10 +84,15 @@ func (m *scriptedModel) serve(w http.ResponseWriter, r *http.Request, body []byt
 // responsesAnswer is one OpenAI Responses answer: text, or a read_page
 // function call with args; streamed as the API streams it when stream.
 func responsesAnswer(w http.ResponseWriter, stream bool, n int, final bool, text, args string, in, out int64) {
+	responsesToolAnswer(w, stream, n, final, text, "read_page", args, in, out)
+}
+
+// responsesToolAnswer is responsesAnswer calling the tool named tool.
+func responsesToolAnswer(w http.ResponseWriter, stream bool, n int, final bool, text, tool, args string, in, out int64) {
 	id := fmt.Sprintf("resp_script%d", n)
 	item := fmt.Sprintf(`{"type":"message","id":"msg_script%d","role":"assistant","status":"completed","content":[{"type":"output_text","text":%q,"annotations":[]}]}`, n, text)
 	if !final {
-		item = fmt.Sprintf(`{"type":"function_call","id":"fc_script%d","call_id":"call_script_%d","name":"read_page","arguments":%q,"status":"completed"}`, n, n, args)
+		item = fmt.Sprintf(`{"type":"function_call","id":"fc_script%d","call_id":"call_script_%d","name":%q,"arguments":%q,"status":"completed"}`, n, n, tool, args)
 	}
 	usage := fmt.Sprintf(`{"input_tokens":%d,"input_tokens_details":{"cached_tokens":0},"output_tokens":%d,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":%d}`, in, out, in+out)
 	response := func(status, output, usage string) string {
@@ -112,7 +117,7 @@ func responsesAnswer(w http.ResponseWriter, stream bool, n int, final bool, text
 		ev("response.output_text.done", fmt.Sprintf(`"output_index":0,"item_id":%q,"content_index":0,"text":%q,"logprobs":[]`, itemID, text))
 	} else {
 		itemID := fmt.Sprintf("fc_script%d", n)
-		ev("response.output_item.added", fmt.Sprintf(`"output_index":0,"item":{"type":"function_call","id":%q,"call_id":"call_script_%d","name":"read_page","arguments":"","status":"in_progress"}`, itemID, n))
+		ev("response.output_item.added", fmt.Sprintf(`"output_index":0,"item":{"type":"function_call","id":%q,"call_id":"call_script_%d","name":%q,"arguments":"","status":"in_progress"}`, itemID, n, tool))
 		ev("response.function_call_arguments.delta", fmt.Sprintf(`"output_index":0,"item_id":%q,"delta":%q`, itemID, args))
 		ev("response.function_call_arguments.done", fmt.Sprintf(`"output_index":0,"item_id":%q,"arguments":%q`, itemID, args))
 	}

@@ -255,6 +255,11 @@ func (m *toolLoop) serve(w http.ResponseWriter, r *http.Request, body []byte) {
 }
 
 func openaiAnswer(w http.ResponseWriter, stream, includeUsage bool, n int, final bool, text, args string, in, out int64) {
+	openaiToolAnswer(w, stream, includeUsage, n, final, text, "read_page", args, in, out)
+}
+
+// openaiToolAnswer is openaiAnswer calling the tool named tool.
+func openaiToolAnswer(w http.ResponseWriter, stream, includeUsage bool, n int, final bool, text, tool, args string, in, out int64) {
 	usage := fmt.Sprintf(`{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d,"prompt_tokens_details":{"cached_tokens":0},"completion_tokens_details":{"reasoning_tokens":0}}`, in, out, in+out)
 	id := fmt.Sprintf("chatcmpl-loop%d", n)
 	callID := fmt.Sprintf("call_loop_%d", n)
@@ -262,7 +267,7 @@ func openaiAnswer(w http.ResponseWriter, stream, includeUsage bool, n int, final
 		msg := fmt.Sprintf(`{"role":"assistant","content":%q}`, text)
 		finish := "stop"
 		if !final {
-			msg = fmt.Sprintf(`{"role":"assistant","content":null,"tool_calls":[{"id":%q,"type":"function","function":{"name":"read_page","arguments":%q}}]}`, callID, args)
+			msg = fmt.Sprintf(`{"role":"assistant","content":null,"tool_calls":[{"id":%q,"type":"function","function":{"name":%q,"arguments":%q}}]}`, callID, tool, args)
 			finish = "tool_calls"
 		}
 		writeJSON(w, 200, fmt.Appendf(nil, `{"id":%q,"object":"chat.completion","created":1,"model":"gpt-4o-mini","choices":[{"index":0,"message":%s,"finish_reason":%q,"logprobs":null}],"usage":%s}`, id, msg, finish, usage))
@@ -277,7 +282,7 @@ func openaiAnswer(w http.ResponseWriter, stream, includeUsage bool, n int, final
 		chunk(fmt.Sprintf(`{"content":%q}`, text), "null")
 		chunk(`{}`, `"stop"`)
 	} else {
-		chunk(fmt.Sprintf(`{"tool_calls":[{"index":0,"id":%q,"type":"function","function":{"name":"read_page","arguments":""}}]}`, callID), "null")
+		chunk(fmt.Sprintf(`{"tool_calls":[{"index":0,"id":%q,"type":"function","function":{"name":%q,"arguments":""}}]}`, callID, tool), "null")
 		chunk(fmt.Sprintf(`{"tool_calls":[{"index":0,"function":{"arguments":%q}}]}`, args), "null")
 		chunk(`{}`, `"tool_calls"`)
 	}
@@ -289,13 +294,18 @@ func openaiAnswer(w http.ResponseWriter, stream, includeUsage bool, n int, final
 }
 
 func anthropicAnswer(w http.ResponseWriter, stream bool, n int, final bool, text, args string, in, out int64) {
+	anthropicToolAnswer(w, stream, n, final, text, "read_page", args, in, out)
+}
+
+// anthropicToolAnswer is anthropicAnswer calling the tool named tool.
+func anthropicToolAnswer(w http.ResponseWriter, stream bool, n int, final bool, text, tool, args string, in, out int64) {
 	id := fmt.Sprintf("msg_loop%d", n)
 	toolID := fmt.Sprintf("toolu_loop%d", n)
 	stop := "end_turn"
 	content := fmt.Sprintf(`[{"type":"text","text":%q}]`, text)
 	if !final {
 		stop = "tool_use"
-		content = fmt.Sprintf(`[{"type":"tool_use","id":%q,"name":"read_page","input":%s}]`, toolID, args)
+		content = fmt.Sprintf(`[{"type":"tool_use","id":%q,"name":%q,"input":%s}]`, toolID, tool, args)
 	}
 	if !stream {
 		writeJSON(w, 200, fmt.Appendf(nil, `{"id":%q,"type":"message","role":"assistant","model":"claude-haiku-4-5","content":%s,"stop_reason":%q,"stop_sequence":null,"usage":{"input_tokens":%d,"output_tokens":%d,"cache_creation_input_tokens":0,"cache_read_input_tokens":0}}`, id, content, stop, in, out))
@@ -308,7 +318,7 @@ func anthropicAnswer(w http.ResponseWriter, stream bool, n int, final bool, text
 		ev("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`)
 		ev("content_block_delta", fmt.Sprintf(`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":%q}}`, text))
 	} else {
-		ev("content_block_start", fmt.Sprintf(`{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":%q,"name":"read_page","input":{}}}`, toolID))
+		ev("content_block_start", fmt.Sprintf(`{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":%q,"name":%q,"input":{}}}`, toolID, tool))
 		ev("content_block_delta", fmt.Sprintf(`{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":%q}}`, args))
 	}
 	ev("content_block_stop", `{"type":"content_block_stop","index":0}`)

@@ -25,6 +25,16 @@ func bigToolOutput() string {
 	return half + "MIDDLE-MARKER the one line that matters\n" + half
 }
 
+type sdkAgent struct {
+	desc                         string
+	anthropic, responses, stream bool
+}
+
+// sdkAgents are the agents of the cut tests: each official SDK's, its
+// model's answers streamed or not.
+var sdkAgents = []sdkAgent{{desc: "chat"}, {desc: "chat stream", stream: true},
+	{desc: "anthropic", anthropic: true}, {desc: "anthropic stream", anthropic: true, stream: true}}
+
 var handleInText = regexp.MustCompile(`handle (b-[0-9a-z]+)`)
 
 // An agent's own long tool output is cut before it reaches the model, on
@@ -35,10 +45,7 @@ var handleInText = regexp.MustCompile(`handle (b-[0-9a-z]+)`)
 func TestLongToolOutputCutInEveryRequest(t *testing.T) {
 	t.Parallel()
 	big := bigToolOutput()
-	for _, tc := range []struct {
-		desc              string
-		anthropic, stream bool
-	}{{"chat", false, false}, {"chat stream", false, true}, {"anthropic", true, false}, {"anthropic stream", true, true}} {
+	for _, tc := range sdkAgents {
 		for _, policyOff := range []bool{false, true} {
 			desc := tc.desc
 			if policyOff {

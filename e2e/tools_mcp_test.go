@@ -147,6 +147,10 @@ func TestToolMCPGates(t *testing.T) {
 			if res.IsError || tlText(res) != tlBigText() {
 				t.Fatalf("read tool: error %v, %d bytes", res.IsError, len(tlText(res)))
 			}
+			res = tlCall(t, cs, "haltline_read_blob", map[string]any{"handle": handle, "offset": 10, "length": 20})
+			if want := tlBigText()[10:30]; res.IsError || !strings.HasSuffix(tlText(res), "\n"+want) || len(tlText(res)) > 80 {
+				t.Fatalf("read tool, a slice: error %v, %q (want its characters %q)", res.IsError, tlText(res), want)
+			}
 
 			// Meters: every execution through the gateway, none of the answers it gave itself.
 			rec := runRecord(t, g, runID)

@@ -28,6 +28,15 @@ type Call struct {
 	// own to the same provider with the caller's credentials (the context
 	// manager's summary call); nil where it cannot (ext_proc).
 	Upstream func(ctx context.Context, body []byte) (status int, respBody []byte, err error)
+	// ReadsBack is set by a front end that runs the read-back rounds of a
+	// call (Turn.ReadBackOffered, ReadBack): only then does a forwarded
+	// request offer the gateway's read tool.
+	ReadsBack bool
+
+	// A read-back round (ReadBack): the run it continues, and how many
+	// rounds the client's request has taken before it.
+	run       *runstate.Run
+	readRound int
 }
 
 // Answer is a response the gateway gives itself, without (or instead of)
@@ -141,6 +150,11 @@ type Turn struct {
 	// (RunLockReader) or, for a new run, as the book made it
 	// (ensureReader), for admission; nil otherwise.
 	ledgerAtLock *accounting.LedgerSnapshot
+	// cutHeld is set when the forwarded request holds cut tool output;
+	// readOffer when it offers the read tool for it, and readAnswer is an
+	// answer that called it, for ReadBack.
+	cutHeld, readOffer bool
+	readAnswer         *wire.Response
 	// committing is Begin's commit, made behind the forwarded call, for
 	// Finish to land; nil when Begin committed in line.
 	committing *commitBehind
@@ -170,7 +184,9 @@ func (t *Turn) Feed(chunk []byte) []byte {
 			return nil // the stream was ended by the final answer
 		}
 		return out
-	case t.holding || tap.ToolStarted():
+	case t.holding || tap.ToolStarted() || t.readOffer:
+		// A call that offers the read tool is held whole: its answer may
+		// be the gateway's to answer, and then none of it is the agent's.
 		if !t.holding {
 			// Room for a tool call and the stream's end, usually whole.
 			t.holding = true

@@ -66,7 +66,8 @@ func (p *Pipeline) rewriter(t *Turn, g *governance, now time.Time) (rw contextmg
 	rw = *p.opts.Context
 	to := g.limits.ToolOutput
 	rw.InlineLimit, rw.Head, rw.Tail = to.Inline, to.Head, to.Tail
-	rw.Keep = to.Keeps
+	// The read tool's slices are the cut outputs themselves, asked for.
+	rw.Keep = func(tool string) bool { return tool == ReadBlobTool || to.Keeps(tool) }
 	if g.ctx == nil {
 		g.ctx = &contextmgr.State{}
 	}
@@ -118,6 +119,7 @@ func (p *Pipeline) cutToolOutput(t *Turn, g *governance, now time.Time) []byte {
 	if shadow {
 		return body
 	}
+	t.cutHeld = true
 	p.obs.ToolOutputCut(r.Tenant, rep.CutChars, rep.TokensBefore-rep.TokensAfter)
 	return out
 }

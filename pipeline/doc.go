@@ -6,6 +6,8 @@
 //	Feed   → usage read on the side while the response streams; a tool call held
 //	Finish → settle or release the reservation → loop/stall → record     (exactly once)
 //	Release → the held tool call, unchanged or replaced by the final answer
+//	ReadBack → when the answer called the gateway's read tool (offered with
+//	           cut tool output): its results, and the next round's Begin
 //
 // It composes the domain packages (runstate, accounting, policy, loopguard)
 // and turns their verdicts into termination reasons, wrap-up calls and

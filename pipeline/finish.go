@@ -176,6 +176,9 @@ func (p *Pipeline) finishLocked(ctx context.Context, t *Turn, out Outcome, cut b
 		}
 		return nil
 	}
+	if p.readBack(t, resp, now) {
+		return nil // a model call of the agent's step, answered by the gateway
+	}
 	r.Counters.AgentSteps++
 	if resp.Text != "" {
 		r.Partial = resp.Text
@@ -229,6 +232,11 @@ func settlementOf(t *Turn, resp *wire.Response) settlement {
 	}
 	actual := accounting.Vector{Steps: 1, Tokens: u.InputTokens + u.OutputTokens, InputTokens: u.InputTokens,
 		OutputTokens: u.OutputTokens, ToolCalls: int64(len(resp.ToolCalls)), Cost: cost}
+	if asksRead(t, resp) {
+		// The gateway's round of the agent's step: neither a step nor
+		// calls the agent receives.
+		actual.Steps, actual.ToolCalls = 0, 0
+	}
 	return settlement{actual: actual, usage: u, cost: cost}
 }
 

@@ -17,6 +17,9 @@ import (
 // another tenant uses is a run of the caller's own, and nothing here tells
 // whether the other exists.
 func (p *Pipeline) identify(ctx context.Context, call *Call, req *wire.Request) (r *runstate.Run, created bool, err error) {
+	if call.run != nil {
+		return call.run, false, nil // a read-back round of the run's call
+	}
 	tenant := call.Principal.Tenant
 	if call.RunID != "" {
 		id := runstate.ScopedID(tenant, call.RunID)

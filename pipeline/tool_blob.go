@@ -23,7 +23,9 @@ const (
 )
 
 // ReadBlobTool is the tool the gateway adds to every MCP server's
-// tools/list: it returns the full text of a cut result by its handle.
+// tools/list, and to a forwarded model request that holds cut output
+// (readback.go): it returns the full text of a cut result by its handle,
+// or a slice of it.
 const ReadBlobTool = "haltline_read_blob"
 
 // ErrNoBlob means no run holds a blob by that handle.

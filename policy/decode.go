@@ -281,6 +281,16 @@ func (d decoder) toolOutputInto(o *ToolOutput) error {
 		return err
 	}
 	o.Whole = !cut
+	rounds := -1
+	if err := t.int("read_back", &rounds); err != nil {
+		return err
+	}
+	switch {
+	case rounds == 0:
+		o.NoReadBack = true
+	case rounds > 0:
+		o.ReadBack = rounds
+	}
 	for _, f := range []struct {
 		key string
 		dst *int

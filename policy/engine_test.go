@@ -481,25 +481,25 @@ func TestBudgetToolOutput(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dir := writeDir(t, map[string]string{"data.json": `{"haltline": {"budgets": {
-		"teams": {"red": {"tool_output": {"inline": 8000, "tools": {"read_file": {"cut": false}}}}},
-		"tenants": {"acme": {"tool_output": {"cut": false, "tools": {"query_logs": {"cut": true}}}}}
+		"teams": {"red": {"tool_output": {"inline": 8000, "read_back": 1, "tools": {"read_file": {"cut": false}}}}},
+		"tenants": {"acme": {"tool_output": {"cut": false, "read_back": 0, "tools": {"query_logs": {"cut": true}}}}}
 	}}}`})
 	e := newEngine(t, Options{Dir: dir})
 	red, err := e.Budget(ctx, RunInput{Principal: Principal{Team: "red"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o := red.ToolOutput; o.Inline != 8000 || o.Head != 1500 || o.Tail != 500 || !o.Keeps("read_file") || o.Keeps("query_logs") {
+	if o := red.ToolOutput; o.Inline != 8000 || o.Head != 1500 || o.Tail != 500 || !o.Keeps("read_file") || o.Keeps("query_logs") || o.Rounds() != 1 {
 		t.Fatalf("team red: %+v", o)
 	}
 	acme, err := e.Budget(ctx, RunInput{Principal: Principal{Tenant: "acme"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o := acme.ToolOutput; !o.Keeps("read_file") || o.Keeps("query_logs") {
+	if o := acme.ToolOutput; !o.Keeps("read_file") || o.Keeps("query_logs") || o.Rounds() != 0 {
 		t.Fatalf("tenant acme: %+v", o)
 	}
-	if (ToolOutput{}).Keeps("read_file") {
-		t.Fatal("the zero value forwards output whole")
+	if (ToolOutput{}).Keeps("read_file") || (ToolOutput{}).Rounds() != ReadBackRounds {
+		t.Fatal("the zero value forwards output whole, or reads none back")
 	}
 }

@@ -92,6 +92,26 @@ type ToolOutput struct {
 	// WholeTools says, per tool name, whether its output goes whole: true
 	// for "cut": false, false for "cut": true (over Whole).
 	WholeTools map[string]bool `json:"whole_tools,omitempty"`
+	// ReadBack bounds the read-back rounds of one model call: the model
+	// calls the gateway's read tool on a cut output, the gateway answers
+	// and calls the model again ("read_back": n; 0 turns it off, kept as
+	// NoReadBack so that the zero value reads back). 0: ReadBackRounds.
+	ReadBack   int  `json:"read_back,omitempty"`
+	NoReadBack bool `json:"no_read_back,omitempty"`
+}
+
+// ReadBackRounds is the default bound of read-back rounds a model call.
+const ReadBackRounds = 3
+
+// Rounds is how many read-back rounds one model call may take.
+func (o ToolOutput) Rounds() int {
+	switch {
+	case o.NoReadBack:
+		return 0
+	case o.ReadBack > 0:
+		return o.ReadBack
+	}
+	return ReadBackRounds
 }
 
 // Keeps reports whether a tool's output is forwarded whole.

@@ -56,6 +56,7 @@ func (s *Server) model(ctx *fasthttp.RequestCtx, codec wire.Codec, prov *config.
 		TaskType:    string(h.Peek("X-Task-Type")),
 		RunBudget:   string(h.Peek("X-Run-Budget")),
 		Principal:   principal,
+		ReadsBack:   true,
 		Upstream: func(cctx context.Context, body []byte) (int, []byte, error) {
 			return s.ownCall(cctx, ctx, prov, body)
 		},
@@ -78,18 +79,17 @@ func (s *Server) model(ctx *fasthttp.RequestCtx, codec wire.Codec, prov *config.
 	s.p.Forwarding(t, func(k, v string) { h.Set(k, v) })
 	start := time.Now()
 	up := s.fastFor(prov)
+	if t.ReadBackOffered() {
+		watch.Stop()
+		s.readBackRounds(ctx, t, prov, up, received)
+		return
+	}
 	if up != nil && !t.Req.Stream {
 		s.relayBuffered(ctx, t, prov, up, start, received)
 		watch.Stop()
 		return
 	}
-	var ans answer
-	var err error
-	if up != nil {
-		ans, err = s.sendStream(t.Ctx, ctx, t, prov, up)
-	} else {
-		ans, err = s.send(t.Ctx, ctx, t, prov)
-	}
+	ans, err := s.sendOpen(ctx, t, prov, up)
 	wait := time.Since(start)
 	firstByte := wait // the answer's headers are in
 	if err != nil {
@@ -115,12 +115,7 @@ func (s *Server) model(ctx *fasthttp.RequestCtx, codec wire.Codec, prov *config.
 			writeAnswer(ctx, a)
 			return
 		}
-		ans.copyHeaders(&ctx.Response.Header)
-		ans.free()
-		s.p.Headers(t, ctx.Response.Header.Set)
-		setOverhead(ctx, received, wait)
-		ctx.SetStatusCode(ans.status)
-		ctx.SetBody(body)
+		s.writeWhole(ctx, t, ans, body, received, wait)
 		return
 	}
 
@@ -158,6 +153,26 @@ type answer struct {
 	// releases what holds them, once the body is closed.
 	copyHeaders func(*fasthttp.ResponseHeader)
 	free        func()
+}
+
+// writeWhole answers the client with the upstream's answer, its headers
+// relayed and body whole (not aliasing ans, which it frees).
+func (s *Server) writeWhole(ctx *fasthttp.RequestCtx, t *pipeline.Turn, ans answer, body []byte, received time.Time, wait time.Duration) {
+	ans.copyHeaders(&ctx.Response.Header)
+	ans.free()
+	s.p.Headers(t, ctx.Response.Header.Set)
+	setOverhead(ctx, received, wait)
+	ctx.SetStatusCode(ans.status)
+	ctx.SetBody(body)
+}
+
+// sendOpen forwards the turn's body and returns the answer with its body
+// open: with the provider's fasthttp client for streams when it has one.
+func (s *Server) sendOpen(ctx *fasthttp.RequestCtx, t *pipeline.Turn, prov *config.Provider, up *fastUpstream) (answer, error) {
+	if up != nil {
+		return s.sendStream(t.Ctx, ctx, t, prov, up)
+	}
+	return s.send(t.Ctx, ctx, t, prov)
 }
 
 // relayBuffered forwards a call that asked for no stream and answers with

@@ -282,8 +282,8 @@ func (tr *toolRoutes) toolsList(ctx *fasthttp.RequestCtx, server string, t toolT
 // readBlobToolDef is the read tool the gateway adds to every server.
 var readBlobToolDef = []byte(`{"name":"` + pipeline.ReadBlobTool + `","title":"Read a cut tool result",` +
 	`"description":"Returns the full text of a tool result that the gateway cut because it was long. ` +
-	`Pass the handle named in the cut result.",` +
-	`"inputSchema":{"type":"object","properties":{"handle":{"type":"string","description":"the handle named in the cut result"}},"required":["handle"]},` +
+	`Pass the handle named in the cut result; offset and length (in characters) choose a slice of it.",` +
+	`"inputSchema":` + pipeline.ReadBlobSchema + `,` +
 	`"annotations":{"readOnlyHint":true,"destructiveHint":false,"idempotentHint":true,"openWorldHint":false}}`)
 
 // learnTools fetches tools/list once for a server whose schemas are not
@@ -398,21 +398,11 @@ func (tr *toolRoutes) toolsCall(ctx *fasthttp.RequestCtx, server string, t toolT
 }
 
 // readBlob answers the gateway's read tool itself, from the blobs of the
-// caller's tenant only.
+// caller's tenant only: the whole text, or the slice offset and length
+// ask for.
 func (tr *toolRoutes) readBlob(ctx *fasthttp.RequestCtx, tenant string, msg *mcp.Message, args json.RawMessage) {
-	var a struct {
-		Handle string `json:"handle"`
-	}
-	if json.Unmarshal(args, &a) != nil || a.Handle == "" {
-		writeRPC(ctx, 200, mcp.ResultMessage(msg.ID, mcp.TextResult(pipeline.ReadBlobTool+" needs a handle argument", true, nil)))
-		return
-	}
-	text, err := tr.s.p.Blob(pipeline.BlobOfTenant(tenant), a.Handle)
-	if err != nil {
-		writeRPC(ctx, 200, mcp.ResultMessage(msg.ID, mcp.TextResult("no cut result has the handle "+strconv.Quote(sanitize(a.Handle)), true, nil)))
-		return
-	}
-	writeRPC(ctx, 200, mcp.ResultMessage(msg.ID, mcp.TextResult(text, false, nil)))
+	text, bad := tr.s.p.ReadBlobSlice(pipeline.BlobOfTenant(tenant), args, 0)
+	writeRPC(ctx, 200, mcp.ResultMessage(msg.ID, mcp.TextResult(text, bad, nil)))
 }
 
 // mcpAnswer renders the gateway's own answer to tools/call: a stored result

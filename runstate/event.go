@@ -18,6 +18,10 @@ const (
 	// run's forwarded requests: the tool, the sizes, the handle.
 	EventToolOutputCut = "tool_output_cut"
 	EventSummary       = "summary_call"
+	// EventReadBack is a tool call of a model's answer that the gateway
+	// answered itself: a read of a cut output, or an agent's tool not run
+	// in the same answer. The agent never receives it.
+	EventReadBack = "read_back"
 )
 
 // Event is one entry of a run's timeline. ElapsedMs is monotonic from the

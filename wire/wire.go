@@ -316,6 +316,20 @@ type Codec interface {
 	ErrorBody(kind ErrorKind, message string, record []byte) []byte
 }
 
+// ToolRounds is implemented by codecs whose requests the gateway can
+// extend with a tool of its own and a round of its calls (the read-back
+// of cut tool output): the history stays valid for the provider.
+type ToolRounds interface {
+	// OfferTool returns body with a function tool (name, description, the
+	// JSON schema of its arguments) added to its tools, or body itself
+	// when it offers a tool of that name already.
+	OfferTool(body []byte, name, description, schema string) ([]byte, error)
+	// AppendToolRound returns body with an assistant turn (its text and
+	// tool calls) and the results of those calls, in order, appended to
+	// its history.
+	AppendToolRound(body []byte, text string, calls []ToolCall, results []string) ([]byte, error)
+}
+
 // RequestBuilder is implemented by codecs that can write a request of the
 // gateway's own in their API (the context manager's summary calls): one
 // system instruction, one user message, no tools, not streamed.

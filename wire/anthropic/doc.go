@@ -1,6 +1,7 @@
 // Package anthropic is the wire codec for Anthropic's Messages API
 // (POST /v1/messages): it reads the few request fields the gateway governs
-// by, caps max_tokens, rewrites a request into the run's wrap-up call, reads
+// by, caps max_tokens, rewrites a request into the run's wrap-up call (or
+// adds the gateway's tool and a round of its calls to it), reads
 // usage, tool calls and stop reasons from responses and from SSE streams on
 // the side, and renders synthetic final answers and errors in Anthropic's
 // own format so that unmodified clients (the official SDKs included) accept

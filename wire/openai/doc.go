@@ -6,7 +6,7 @@
 // unmarshal: bodies reach 200 KB and this runs on every call), the usage tap
 // on SSE streams including the removal of the usage chunk the gateway asked
 // for on the client's behalf, the rewrites of a forwarded body (include_usage,
-// output cap, wrap-up), the synthetic final answer, and error bodies in
+// output cap, wrap-up, the gateway's tool and a round of its calls), the synthetic final answer, and error bodies in
 // OpenAI's format.
 //
 // It must not touch budgets, policy, run state or any transport: no fasthttp,
