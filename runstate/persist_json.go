@@ -84,6 +84,16 @@ func (p *Persisted) AppendJSON(b []byte) []byte {
 		}
 		b = append(b, ']')
 	}
+	if len(p.Children) > 0 {
+		b = append(b, `,"child_run_ids":[`...)
+		for i, c := range p.Children {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendString(b, c)
+		}
+		b = append(b, ']')
+	}
 	if len(p.Outstanding) > 0 {
 		b = append(b, `,"outstanding":{`...)
 		for i, k := range sortedKeys(p.Outstanding) {
