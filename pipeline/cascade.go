@@ -7,7 +7,7 @@ import (
 	"github.com/haltline/haltline/runstate"
 )
 
-// A run's end ends its sub-agent runs, transitively (DESIGN §5): a parent
+// A run's end ends its sub-agent runs, transitively: a parent
 // that is cancelled, or ended by a line, leaves no child working and
 // spending. Two ways reach a child:
 //
