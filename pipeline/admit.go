@@ -171,6 +171,11 @@ func (p *Pipeline) admit(ctx context.Context, t *Turn, g *governance, now time.T
 		t.Answer = p.endedAnswer(t, g)
 		return true
 	}
+	if r.ParentID != "" {
+		if term := p.endedAncestor(r); term != nil {
+			return p.end(t, g, *term, now)
+		}
+	}
 	if t.pendingEnd != nil { // a loop or stall verdict from the observations
 		return p.end(t, g, *t.pendingEnd, now)
 	}

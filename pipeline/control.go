@@ -17,21 +17,27 @@ var (
 )
 
 // Cancel ends a run (id is a reference, RunRef): in-flight calls are cut, the next call is answered with
-// the termination.
+// the termination. Its sub-agent runs end with it (cascade.go) before
+// Cancel returns.
 func (p *Pipeline) Cancel(id string) (runstate.Record, error) {
 	r, unlock, err := p.controlRun(id)
 	if err != nil {
 		return runstate.Record{}, err
 	}
-	defer unlock()
 	now := p.now()
 	if r.State.Final() {
+		defer unlock()
 		return r.Snapshot(now), ErrAlreadyEnded
 	}
-	p.terminate(r, govOf(r), runstate.Termination{Reason: runstate.ReasonCancelled, Detail: "cancelled through the control plane"}, runstate.Cancelled, now)
+	done := p.terminate(r, govOf(r), runstate.Termination{Reason: runstate.ReasonCancelled, Detail: "cancelled through the control plane"}, runstate.Cancelled, now)
 	r.CancelInflight()
 	p.wait(p.persist(r), r.ID) // under the lock: the next replica must see it
-	return r.Snapshot(now), nil
+	rec := r.Snapshot(now)
+	unlock()
+	if done != nil {
+		<-done
+	}
+	return rec, nil
 }
 
 // Resume reopens a recoverable run (id is a reference, RunRef) with more budget: add is added to every
@@ -92,23 +98,5 @@ func (p *Pipeline) controlRun(id string) (*runstate.Run, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	r, err := p.getRun(id)
-	if err != nil {
-		return nil, nil, err
-	}
-	if r == nil {
-		return nil, nil, ErrNoRun
-	}
-	ctx := context.Background()
-	unlockRun, pre, err := p.lockRun(ctx, id, false)
-	if err != nil {
-		return nil, nil, err
-	}
-	r.Mu.Lock()
-	if err := p.refresh(r, pre); err != nil {
-		r.Mu.Unlock()
-		unlockRun()
-		return nil, nil, err
-	}
-	return r, func() { r.Mu.Unlock(); unlockRun() }, nil
+	return p.lockedRun(id)
 }

@@ -11,7 +11,8 @@
 //
 // It composes the domain packages (runstate, accounting, policy, loopguard)
 // and turns their verdicts into termination reasons, wrap-up calls and
-// finalize / reject answers rendered by the wire codecs.
+// finalize / reject answers rendered by the wire codecs. A run's end ends
+// its sub-agent runs too (cascade.go).
 //
 // It must not import fasthttp, gRPC or net/http, nor read provider JSON
 // itself: wire codecs do that.

@@ -165,6 +165,9 @@ func (p *Pipeline) govern(ctx context.Context, r *runstate.Run, call *Call) (g *
 				g.budgeted = g.budgeted || pg.budgeted
 			}
 			parent.Mu.Unlock()
+			if err := p.listChild(ctx, parent, r); err != nil {
+				return nil, nil, unavailable{err}
+			}
 		}
 	}
 	var teamKeys []string

@@ -48,8 +48,9 @@ func (p *Pipeline) end(t *Turn, g *governance, term runstate.Termination, now ti
 	return true
 }
 
-// terminate ends a run; the caller holds r.Mu.
-func (p *Pipeline) terminate(r *runstate.Run, g *governance, term runstate.Termination, state runstate.State, now time.Time) {
+// terminate ends a run, and its sub-agent runs after it: done is closed
+// when they have ended (nil: it has none). The caller holds r.Mu.
+func (p *Pipeline) terminate(r *runstate.Run, g *governance, term runstate.Termination, state runstate.State, now time.Time) (done <-chan struct{}) {
 	if term.Reason == runstate.ReasonCancelled {
 		state = runstate.Cancelled
 	}
@@ -57,12 +58,13 @@ func (p *Pipeline) terminate(r *runstate.Run, g *governance, term runstate.Termi
 		term.Mode = g.term.Mode
 	}
 	if !r.Terminate(state, term, now) {
-		return
+		return nil
 	}
 	r.Record(now, runstate.Event{Type: runstate.EventTermination, Detail: term.Reason + ": " + term.Detail})
 	p.obs.Termination(term.Reason, policy.Enforce)
 	// The observer writes the termination's log line (telemetry's keys).
 	p.ended(r, state, *r.Termination, now)
+	return p.cascadeOf(r, term)
 }
 
 // loopVerdict turns a loop guard verdict into a termination line. The run

@@ -234,6 +234,11 @@ func (p *Pipeline) beginToolLocked(ctx context.Context, tt *ToolTurn, r *runstat
 	if r.State == runstate.Completed && call.RunID != "" {
 		r.Reopen(now) // the agent names its run and goes on
 	}
+	if !r.State.Final() && r.ParentID != "" {
+		if term := p.endedAncestor(r); term != nil {
+			p.terminate(r, g, *term, runstate.Cancelled, now)
+		}
+	}
 	if r.State.Final() {
 		tt.Answer = p.endedTool(r)
 		return

@@ -1,5 +1,5 @@
 // Package runstate owns what a run is: its identity and lineage (which run
-// a call without run headers continues), the state machine of DESIGN §4, the
+// a call without run headers continues, which runs are its sub-agents), the state machine of DESIGN §4, the
 // counters, the event log with monotonic timestamps, and the termination
 // record of DESIGN §5.
 //

@@ -20,6 +20,7 @@ type Persisted struct {
 	Termination    *Termination               `json:"termination,omitempty"`
 	ResumeToken    string                     `json:"resume_token,omitempty"`
 	WouldTerminate []ShadowHit                `json:"would_terminate,omitempty"`
+	Children       []string                   `json:"child_run_ids,omitempty"`
 	Outstanding    map[string]OutstandingCall `json:"outstanding,omitempty"`
 	LastEventSeq   int64                      `json:"last_event_seq"`
 }
@@ -32,7 +33,7 @@ func (r *Run) Export(now time.Time) Persisted {
 		MaxSteps: r.MaxSteps, DeadlineMs: r.DeadlineMs, Created: r.Created,
 		ElapsedMs: r.Elapsed(now).Milliseconds(), Ended: r.Ended, LastAction: r.LastAction,
 		Partial: r.Partial, Termination: r.Termination, WouldTerminate: r.WouldTerminate,
-		Outstanding: r.Outstanding,
+		Children: r.Children, Outstanding: r.Outstanding,
 	}
 	if r.Termination != nil {
 		p.ResumeToken = r.Termination.ResumeToken
@@ -53,7 +54,7 @@ func Restore(p Persisted, events []Event, now time.Time) *Run {
 		MaxSteps: p.MaxSteps, DeadlineMs: p.DeadlineMs, Created: p.Created, start: now,
 		ElapsedOffset: time.Duration(p.ElapsedMs) * time.Millisecond, Ended: p.Ended,
 		LastAction: p.LastAction, Partial: p.Partial, Termination: p.Termination,
-		WouldTerminate: p.WouldTerminate, Outstanding: p.Outstanding, Events: events,
+		WouldTerminate: p.WouldTerminate, Children: p.Children, Outstanding: p.Outstanding, Events: events,
 	}
 	r.Counters.EstimatedCost, r.Counters.ActualCost = p.EstimatedCost, p.ActualCost
 	r.seqBase = p.LastEventSeq
@@ -136,7 +137,7 @@ func (r *Run) Load(p Persisted, events []Event, now time.Time) {
 	r.MaxSteps, r.DeadlineMs, r.Created = fresh.MaxSteps, fresh.DeadlineMs, fresh.Created
 	r.start, r.ElapsedOffset, r.Ended = fresh.start, fresh.ElapsedOffset, fresh.Ended
 	r.LastAction, r.Partial, r.Termination = fresh.LastAction, fresh.Partial, fresh.Termination
-	r.WouldTerminate, r.Outstanding = fresh.WouldTerminate, fresh.Outstanding
+	r.WouldTerminate, r.Outstanding, r.Children = fresh.WouldTerminate, fresh.Outstanding, fresh.Children
 	r.Events = events
 	r.seqBase = p.LastEventSeq
 	if n := len(events); n > 0 {

@@ -54,16 +54,7 @@ func (p *Persisted) AppendJSON(b []byte) []byte {
 		b = appendOptionalString(b, `,"detail":`, t.Detail)
 		b = appendOptionalString(b, `,"detector":`, t.Detector)
 		b = appendIntField(b, `,"step":`, t.Step)
-		if len(t.Evidence) > 0 {
-			b = append(b, `,"evidence":[`...)
-			for i, e := range t.Evidence {
-				if i > 0 {
-					b = append(b, ',')
-				}
-				b = appendString(b, e)
-			}
-			b = append(b, ']')
-		}
+		b = appendOptionalStrings(b, `,"evidence":`, t.Evidence)
 		b = appendOptionalString(b, `,"mode":`, t.Mode)
 		b = append(b, '}')
 	}
@@ -84,6 +75,7 @@ func (p *Persisted) AppendJSON(b []byte) []byte {
 		}
 		b = append(b, ']')
 	}
+	b = appendOptionalStrings(b, `,"child_run_ids":`, p.Children)
 	if len(p.Outstanding) > 0 {
 		b = append(b, `,"outstanding":{`...)
 		for i, k := range sortedKeys(p.Outstanding) {
@@ -147,6 +139,22 @@ func appendOptionalString(b []byte, key, s string) []byte {
 		return b
 	}
 	return appendStringField(b, key, s)
+}
+
+// appendOptionalStrings writes a string array, none when it is empty
+// (omitempty).
+func appendOptionalStrings(b []byte, key string, ss []string) []byte {
+	if len(ss) == 0 {
+		return b
+	}
+	b = append(append(b, key...), '[')
+	for i, s := range ss {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendString(b, s)
+	}
+	return append(b, ']')
 }
 
 func appendIntField(b []byte, key string, v int64) []byte {

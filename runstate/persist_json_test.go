@@ -21,6 +21,7 @@ func fullPersisted(s string, n int64, at time.Time) Persisted {
 		Termination:    &Termination{Reason: s, Detail: s, Detector: s, Step: n, Evidence: []string{s, "", s + "2"}, Mode: s, ResumeToken: s},
 		ResumeToken:    s,
 		WouldTerminate: []ShadowHit{{Line: s, Step: n, Detector: s, Evidence: s, At: s}, {Line: "", At: ""}},
+		Children:       []string{s, s + "\x1facme"},
 		Outstanding:    map[string]OutstandingCall{s: {Name: s, Fingerprint: s}, s + "b": {}, "a" + s: {Name: "x", Fingerprint: "y"}},
 		LastEventSeq:   n,
 	}

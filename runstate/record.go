@@ -36,8 +36,11 @@ type Record struct {
 	PartialResultAvailable bool        `json:"partial_result_available"`
 	ResumeToken            string      `json:"resume_token,omitempty"`
 	WouldTerminate         []ShadowHit `json:"would_terminate,omitempty"`
-	Created                string      `json:"created"`
-	Ended                  string      `json:"ended,omitempty"`
+	// ChildRunIDs are the sub-agent runs that name this run their parent
+	// (names): they end when it ends.
+	ChildRunIDs []string `json:"child_run_ids,omitempty"`
+	Created     string   `json:"created"`
+	Ended       string   `json:"ended,omitempty"`
 	// Model is the model the run's last model call named; LastActivity is
 	// the time of its last event and IdleMs how long ago that was: a run
 	// that is not ended and idle for long was most likely abandoned by its
@@ -83,6 +86,9 @@ func (r *Run) Snapshot(now time.Time) Record {
 	rec.Model, rec.LastActivity, rec.IdleMs = model, at, idle.Milliseconds()
 	// The record shows names, as the agent knows them, beside the tenant.
 	rec.ID, rec.ParentID = NameOf(r.ID), NameOf(r.ParentID)
+	for _, c := range r.Children {
+		rec.ChildRunIDs = append(rec.ChildRunIDs, NameOf(c))
+	}
 	if r.State.Final() {
 		rec.Ended = r.Ended.UTC().Format(time.RFC3339Nano)
 	}

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
+	"slices"
 	"sync"
 	"time"
 )
@@ -84,7 +85,10 @@ type Run struct {
 	Partial        string // head of the last assistant text: the partial result
 	Termination    *Termination
 	WouldTerminate []ShadowHit
-	Events         []Event
+	// Children are the IDs of the runs that name this one their parent:
+	// the runs its end ends too (see AddChild).
+	Children []string
+	Events   []Event
 	// Inflight counts model and tool calls in flight: the state is deciding
 	// or executing_tools while they run.
 	Inflight int
@@ -223,6 +227,16 @@ func (r *Run) CancelInflight() {
 		c()
 		delete(r.cancels, k)
 	}
+}
+
+// AddChild lists a sub-agent run of this one; it reports whether the run
+// was not listed yet.
+func (r *Run) AddChild(id string) bool {
+	if slices.Contains(r.Children, id) {
+		return false
+	}
+	r.Children = append(r.Children, id)
+	return true
 }
 
 // Resume reopens a recoverable run; the caller raises its budget.
