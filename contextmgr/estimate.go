@@ -175,15 +175,7 @@ func (c *EstimateCache) NeedsRewrite(api wire.API, body []byte, watermark int64)
 		return bound, false
 	}
 	var h xxh3.Hasher
-	var st scanState
-	if c.cut > 0 && c.cut < len(body) {
-		_, _ = h.Write(body[:c.cut])
-		if h.Sum64() == c.hash {
-			st = scanState{i: c.cut, w: c.w, tools: c.tools, lastKey: c.lastKey[:c.lastKeyN], depth: 2, conv: true}
-		} else {
-			h.Reset()
-		}
-	}
+	st := c.resume(body, &h)
 	if st.i == 0 && !c.noClass {
 		if bound, ok := classFits(api, body, watermark); ok {
 			// Nothing is cached from this body: the next one is decided
@@ -192,15 +184,44 @@ func (c *EstimateCache) NeedsRewrite(api wire.API, body []byte, watermark int64)
 		}
 		c.noClass = true
 	}
+	est := c.scan(api, body, fitWeight(api, watermark), &st, &h)
+	return est, est > watermark
+}
+
+// Estimate is the package's Estimate, reading only what follows the cached
+// prefix when the body begins with it, and caching this body's prefix for
+// the next call: the same number for a fraction of the reading.
+func (c *EstimateCache) Estimate(api wire.API, body []byte) int64 {
+	var h xxh3.Hasher
+	st := c.resume(body, &h)
+	return c.scan(api, body, math.MaxInt64, &st, &h)
+}
+
+// resume returns the scan state at the end of the cached prefix when body
+// begins with it (h then holds the prefix), else the start.
+func (c *EstimateCache) resume(body []byte, h *xxh3.Hasher) scanState {
+	if c.cut > 0 && c.cut < len(body) {
+		_, _ = h.Write(body[:c.cut])
+		if h.Sum64() == c.hash {
+			return scanState{i: c.cut, w: c.w, tools: c.tools, lastKey: c.lastKey[:c.lastKeyN], depth: 2, conv: true}
+		}
+		h.Reset()
+	}
+	return scanState{}
+}
+
+// scan reads body on from st up to the weight stop, caches the prefix up
+// to the end of its conversation array when the read got there, and
+// returns the estimate of what it read.
+func (c *EstimateCache) scan(api wire.API, body []byte, stop int64, st *scanState, h *xxh3.Hasher) int64 {
 	from := st.i
-	w, tools := scanFrom(body, api != wire.APIMessages, fitWeight(api, watermark), &st)
+	w, tools := scanFrom(body, api != wire.APIMessages, stop, st)
 	if st.cut > from && len(st.cutKey) <= len(c.lastKey) {
 		_, _ = h.Write(body[from:st.cut])
 		c.cut, c.hash, c.w, c.tools = st.cut, h.Sum64(), st.cutW, st.cutTools
 		c.lastKeyN = copy(c.lastKey[:], st.cutKey)
 	}
-	est := finish(api, w, tools)
-	return est, est > watermark
+	return finish(api, w, tools)
 }
 
 // fitWeight returns the largest weight finish keeps within wm (without the

@@ -199,6 +199,31 @@ func TestEstimateCacheDecidesAsTheFullRead(t *testing.T) {
 	}
 }
 
+// The cache's Estimate is the full read's on every step of growing agent
+// conversations and on edited histories, and it caches the prefix that the
+// next step resumes from.
+func TestEstimateCacheEstimatesAsTheFullRead(t *testing.T) {
+	for _, api := range apis {
+		for seed := uint64(1); seed <= 10; seed++ {
+			r := rand.New(rand.NewPCG(seed, 11))
+			g := genConversation(r, 10, 3000)
+			var c EstimateCache
+			for k := 0; k <= len(g.steps); k++ {
+				body := genConv{system: g.system, task: g.task, steps: g.steps[:k]}.render(api)
+				if k%4 == 3 {
+					body = bytes.Replace(body, []byte(g.task[:20]), []byte(strings.ToUpper(g.task[:20])), 1)
+				}
+				if est, full := c.Estimate(api, body), Estimate(api, body); est != full {
+					t.Fatalf("%v seed %d step %d: cached estimate %d, full read %d", api, seed, k, est, full)
+				}
+				if c.cut <= 0 {
+					t.Fatalf("%v seed %d step %d: nothing cached", api, seed, k)
+				}
+			}
+		}
+	}
+}
+
 // Hashing the prefix in two writes gives the hash of one: the cache checks
 // in one write what it stored in two.
 func TestEstimateCacheHashIsSplitInvariant(t *testing.T) {
