@@ -7,10 +7,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/haltline/haltline/accounting"
+	"github.com/haltline/haltline/contextmgr"
 	"github.com/haltline/haltline/pipeline"
 	"github.com/haltline/haltline/policy"
+	"github.com/haltline/haltline/wire"
 	"github.com/haltline/haltline/wire/openai"
 )
 
@@ -57,7 +60,7 @@ func TestLoweredCapsNeverOversell(t *testing.T) {
 			continue
 		}
 		capOut, tools := upstreamCap(t, turn.UpstreamBody)
-		worst := accounting.EstimateInputTokens(len(turn.Call.Body)) + capOut
+		worst := accounting.ReserveInput(contextmgr.Estimate(wire.APIChat, turn.Call.Body)) + capOut
 		held += worst
 		if tools {
 			heldWithTools += worst
@@ -106,5 +109,52 @@ func TestOutputFloorFromPolicy(t *testing.T) {
 			}
 			p.Finish(context.Background(), turn, pipeline.Outcome{Status: 200, Body: []byte(finalResponse)})
 		})
+	}
+}
+
+// The input a call reserves is the context manager's estimate of its body
+// plus the margin. Once the provider has counted a call of the run above
+// its estimate, the run's next call reserves by that ratio, so that a
+// tokenizer the estimate misjudges does not take spent past a budget; a
+// count back under the estimate ends the correction.
+func TestReservedInputFollowsTheProviderCount(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pol, err := policy.New(ctx, policy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	book := accounting.NewMemBook()
+	p := pipeline.New(pipeline.Options{Policy: pol, Book: book})
+	call := func(size int, counted func(est int64) int64) (est, reserved int64) {
+		t.Helper()
+		body := chatBody(size)
+		turn := p.Begin(ctx, &pipeline.Call{Body: body, RunID: "r-count", RunBudget: "max_tokens=1000000"}, openai.Chat{})
+		if turn.Answer != nil {
+			t.Fatalf("answered: %s", turn.Answer.Body)
+		}
+		_, _, held, err := book.Snapshot(ctx, "run:r-count", time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		est = contextmgr.Estimate(wire.APIChat, body)
+		resp := fmt.Sprintf(`{"id":"c","object":"chat.completion","created":1,"model":"gpt-4o-mini","choices":[{"index":0,`+
+			`"message":{"role":"assistant","content":"Done."},"finish_reason":"stop"}],"usage":{"prompt_tokens":%d,"completion_tokens":20,"total_tokens":1}}`,
+			counted(est))
+		p.Finish(ctx, turn, pipeline.Outcome{Status: 200, Body: []byte(resp)})
+		return est, held.InputTokens
+	}
+	twice := func(est int64) int64 { return 2 * est }
+	half := func(est int64) int64 { return est / 2 }
+	if est, got := call(6000, twice); got != accounting.ReserveInput(est) {
+		t.Fatalf("first call reserved %d input tokens for an estimate of %d", got, est)
+	}
+	// The provider counted twice the estimate: the next body, which
+	// begins with the last, reserves twice its estimate and the margin.
+	if est, got := call(7000, half); got < accounting.ReserveInput(2*est) || got > accounting.ReserveInput(2*est+2) {
+		t.Fatalf("after a count of twice the estimate: reserved %d for an estimate of %d", got, est)
+	}
+	if est, got := call(8000, half); got != accounting.ReserveInput(est) {
+		t.Fatalf("after a count under the estimate: reserved %d for an estimate of %d", got, est)
 	}
 }
