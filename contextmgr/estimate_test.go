@@ -40,14 +40,7 @@ func apiOf(s string) wire.API {
 // bound is the error doc.go states.
 func TestEstimateAgainstRecordedUsage(t *testing.T) {
 	t.Parallel()
-	raw, err := os.ReadFile("testdata/usage/cases.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cases []usageCase
-	if err := json.Unmarshal(raw, &cases); err != nil {
-		t.Fatal(err)
-	}
+	cases := recordedUsage(t)
 	var sumAbs float64
 	for _, c := range cases {
 		body, err := os.ReadFile(filepath.Join("testdata/usage", c.File))
@@ -63,6 +56,20 @@ func TestEstimateAgainstRecordedUsage(t *testing.T) {
 		}
 	}
 	t.Logf("mean absolute error %.1f%% over %d recorded calls", 100*sumAbs/float64(len(cases)), len(cases))
+}
+
+// recordedUsage is the recorded pairs of testdata/usage.
+func recordedUsage(t *testing.T) []usageCase {
+	t.Helper()
+	raw, err := os.ReadFile("testdata/usage/cases.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cases []usageCase
+	if err := json.Unmarshal(raw, &cases); err != nil {
+		t.Fatal(err)
+	}
+	return cases
 }
 
 // The size and class bounds hold on the heaviest shapes the estimator
@@ -83,6 +90,8 @@ func TestUpperBoundHolds(t *testing.T) {
 		{"open value", `{"content":"`},
 		{"quotes", `["","","","","","","","","","",""]`},
 		{"letters outside strings", `[true,false,null,true,false,null]`},
+		{"escaped newlines", `{"t":"\n\n\\n\n\t\n"}`},
+		{"newline across words", `{"content":"abcdefg\nabcdefg\n\n\n\n\n\n\n\n"}`},
 		{"continuation bytes", "{\"t\":\"\x80\x80\x80\xbf\xbf\"}"},
 	} {
 		t.Run(tc.desc, func(t *testing.T) {
