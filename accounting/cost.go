@@ -83,8 +83,9 @@ func (p Price) MaxOutputFor(budget Money, inputTokens int64) int64 {
 
 // InputMarginPercent is how far above the token estimate a call's input
 // is reserved. The estimate (contextmgr.Estimate, the same one the context
-// watermark uses) comes within ±15% of the providers' counts; the margin
-// covers most of its low side, so that the reservation rarely falls short
+// watermark uses) comes within ±8% of the providers' counts on recorded
+// calls and within -16%..+31% of o200k per content class (see contextmgr's
+// doc); the margin covers most of its low side, so that the reservation rarely falls short
 // of what the call is billed, without reserving far more than it uses: a
 // reservation too high wraps a healthy run up early, one too low is only
 // corrected at settlement, which may then take spent past a limit (and
