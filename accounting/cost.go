@@ -85,11 +85,11 @@ func (p Price) MaxOutputFor(budget Money, inputTokens int64) int64 {
 // is reserved. The estimate (contextmgr.Estimate, the same one the context
 // watermark uses) comes within ±8% of the providers' counts on recorded
 // calls and within -16%..+31% of o200k per content class (see contextmgr's
-// doc); the margin covers most of its low side, so that the reservation rarely falls short
-// of what the call is billed, without reserving far more than it uses: a
-// reservation too high wraps a healthy run up early, one too low is only
-// corrected at settlement, which may then take spent past a limit (and
-// says so).
+// doc); the margin covers most of its low side, so that the reservation
+// rarely falls short of what the call is billed, without reserving far
+// more than it uses: a reservation too high wraps a healthy run up early,
+// one too low is only corrected at settlement, which may then take spent
+// past a limit (and says so).
 const InputMarginPercent = 10
 
 // ReserveInput is the input tokens a call reserves for an estimate of
