@@ -81,37 +81,23 @@ func (p Price) MaxOutputFor(budget Money, inputTokens int64) int64 {
 	return int64(rem / per)
 }
 
-// Input-size estimate, before the request is tokenized by the provider.
-//
-// The ratio is 3 bytes of JSON body per token, rounded up, plus a fixed
-// 512 tokens per call. It was chosen against recorded traffic:
-//
-//   - OpenAI chat, 13,021-byte body, 4,020 prompt tokens: 3.24 bytes/token
-//     (number-dense text; estimate 4,853).
-//   - Anthropic with one tool, 778-byte body, 423 input tokens: 1.84
-//     bytes/token, because Anthropic adds a hidden tool-use system prompt of
-//     about 350 tokens; the same run's next call, 1,988 bytes, 771 tokens
-//     (estimate 1,175). Per added byte it is 3.5 bytes/token.
-//
-// English prose tokenizes at about 4 bytes/token and JSON structure, escapes
-// and indentation add bytes that are not tokens, so 3 over-estimates typical
-// chat bodies by 10-40%; number-dense text, code and most non-Latin scripts
-// land near 3. The constant covers the provider's own framing (chat
-// template, tool-use system prompt). The estimate errs high on purpose: it
-// only sizes a reservation, which settles to the real count; too low would
-// let concurrent calls over-commit a budget. Bodies with base64 images are
-// over-estimated by far (images are billed per tile, not per byte).
-const (
-	estimateBytesPerToken = 3
-	estimateOverhead      = 512
-)
+// InputMarginPercent is how far above the token estimate a call's input
+// is reserved. The estimate (contextmgr.Estimate, the same one the context
+// watermark uses) comes within ±8% of the providers' counts on recorded
+// calls and within -16%..+31% of o200k per content class (see contextmgr's
+// doc); the margin covers most of its low side, so that the reservation
+// rarely falls short of what the call is billed, without reserving far
+// more than it uses: a reservation too high wraps a healthy run up early,
+// one too low is only corrected at settlement, which may then take spent
+// past a limit (and says so).
+const InputMarginPercent = 10
 
-// EstimateInputTokens estimates the input tokens of a JSON chat request body
-// of bodyBytes bytes; see the ratio above. It never under-counts the
-// recorded samples it was chosen on.
-func EstimateInputTokens(bodyBytes int) int64 {
-	if bodyBytes <= 0 {
-		return estimateOverhead
+// ReserveInput is the input tokens a call reserves for an estimate of
+// est: est plus the margin, rounded up.
+func ReserveInput(est int64) int64 {
+	if est <= 0 {
+		return 0
 	}
-	return (int64(bodyBytes)+estimateBytesPerToken-1)/estimateBytesPerToken + estimateOverhead
+	// est/100 first: no overflow, and the same rounding as est×p/100 up.
+	return addSat(est, est/100*InputMarginPercent+(est%100*InputMarginPercent+99)/100)
 }

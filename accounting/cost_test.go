@@ -287,32 +287,29 @@ func TestWorstCaseAndMaxOutput(t *testing.T) {
 	}
 }
 
-func TestEstimateInputTokens(t *testing.T) {
+func TestReserveInput(t *testing.T) {
 	t.Parallel()
-	// Recorded bodies and the tokens the provider counted for them (see the
-	// comment on the ratio in cost.go): the estimate must never be below.
 	tests := []struct {
-		desc   string
-		bytes  int
-		actual int64
-		want   int64
+		est, want int64
 	}{
-		{desc: "openai chat, number-dense prompt", bytes: 13021, actual: 4020, want: 4853},
-		{desc: "anthropic, first call with a tool", bytes: 778, actual: 423, want: 772},
-		{desc: "anthropic, second call", bytes: 1988, actual: 771, want: 1175},
-		{desc: "empty body still has framing", bytes: 0, want: 512},
-		{desc: "rounds up", bytes: 1, want: 513},
+		{est: 0, want: 0},
+		{est: 1, want: 2},     // a tenth of a token rounds up
+		{est: 100, want: 110}, // the margin, exactly
+		{est: 1541, want: 1696},
+		{est: 4020, want: 4422},
+		{est: math.MaxInt64, want: math.MaxInt64}, // saturates
 	}
 	for _, tt := range tests {
-		t.Run(tt.desc, func(t *testing.T) {
-			t.Parallel()
-			got := EstimateInputTokens(tt.bytes)
-			if got != tt.want {
-				t.Errorf("EstimateInputTokens(%d) = %d, want %d", tt.bytes, got, tt.want)
-			}
-			if got < tt.actual {
-				t.Errorf("estimate %d under the recorded %d", got, tt.actual)
-			}
-		})
+		if got := ReserveInput(tt.est); got != tt.want {
+			t.Errorf("ReserveInput(%d) = %d, want %d", tt.est, got, tt.want)
+		}
+	}
+	// Never below the estimate, never above it by more than the margin
+	// and the rounding.
+	for est := int64(1); est < 5000; est += 7 {
+		got := ReserveInput(est)
+		if got < est || got > est+est*InputMarginPercent/100+1 {
+			t.Fatalf("ReserveInput(%d) = %d", est, got)
+		}
 	}
 }

@@ -15,7 +15,7 @@
 // The flow for one model call, as the pipeline drives it:
 //
 //	price, ok := catalog.Lookup(req.Model)          // unknown model: caller decides
-//	in := accounting.EstimateInputTokens(req.BodyBytes)
+//	in := accounting.ReserveInput(contextmgr.Estimate(req.API, body)) // estimate + margin
 //	want := accounting.Vector{Steps: 1, InputTokens: in, OutputTokens: maxOut,
 //		Tokens: in + maxOut, Cost: price.WorstCase(in, maxOut)}
 //	r, short := leases.Reserve(ledgers, want, false, lease, now) // all or nothing
@@ -26,5 +26,6 @@
 //
 // Invariant: whatever the concurrency, spent plus reserved never exceeds a
 // ledger's limit through Reserve; only Settle may push spent past a limit,
-// when a call used more than it reserved, and it says so.
+// when a call used more than it reserved (its input was over the estimate
+// and margin, and it wrote close to its output cap), and it says so.
 package accounting

@@ -3,11 +3,12 @@
 // defaults). Agents re-send their whole history on every call; the gateway
 // rewrites what it forwards, never what the agent keeps.
 //
-// It owns token estimates (Estimate, NeedsRewrite), the watermark
-// (Watermark), compression (Rewriter.Rewrite: cut long tool output,
-// deduplicate repeated results, drop and summarise the oldest turns),
-// pinned facts and blob handles for cut output (through the Blob callback
-// and State.Blobs). It must not touch budgets — it reports tokens before and
+// It owns token estimates (Estimate, NeedsRewrite, EstimateCache: the one
+// estimator of the gateway, for the watermark and the budget reservation
+// alike), the watermark (Watermark), compression (Rewriter.Rewrite: cut
+// long tool output, deduplicate repeated results, drop and summarise the
+// oldest turns), pinned facts and blob handles for cut output (through the
+// Blob callback and State.Blobs). It must not touch budgets — it reports tokens before and
 // after, accounting decides — and it never mutates its input: Rewrite
 // returns a new body, or the same slice when nothing needs to change.
 //
@@ -47,17 +48,31 @@
 //	request                     API        real  estimate  error
 //	chat-roundtrip-0            chat         71        70   -1.4%
 //	chat-hitl-0                 chat         51        48   -5.9%
-//	chat-hitl-1                 chat         75        69   -8.0%
-//	anthropic-parallel-0        messages    423       450   +6.4%
-//	anthropic-parallel-1        messages    771       709   -8.0%
+//	chat-hitl-1                 chat         75        71   -5.3%
+//	anthropic-parallel-0        messages    423       452   +6.9%
+//	anthropic-parallel-1        messages    771       711   -7.8%
 //	responses-phase-0           responses    63        61   -3.2%
-//	responses-phase-1           responses   150       146   -2.7%
+//	responses-phase-1           responses   150       149   -0.7%
 //
-// Mean absolute error 5.1%, worst 8%; the test holds it within ±15%. The
+// Mean absolute error 4.4%, worst 7.8%; the test holds it within ±15%. The
 // recorded requests are small (51–771 tokens) and the fixed costs (Anthropic
-// tool prompt, id pricing, the Claude scale) were fitted on them, so the
-// figure is in-sample: for long tool output the byte weights give about
-// 4.3 characters per token on English prose and 2.5–3 on JSON and code,
-// which is what o200k and Claude tokenizers do, but no recorded pair here
-// measures it.
+// tool prompt, id pricing, the Claude scale) were fitted on them. Longer
+// content is measured against o200k_base (the tokenizer of gpt-4o and later)
+// on a corpus per content class in testdata/tokref, generated once by
+// gen.mjs with the npm package gpt-tokenizer (TestEstimatorError; per class,
+// chat and responses alike, + is high):
+//
+//	class   samples  median   p95 |err|  lowest  highest
+//	prose         8  +16.7%     19.5%    +8.5%   +19.5%
+//	json          8  -12.5%     15.4%   -15.4%   +13.6%
+//	code          8   +5.6%      8.8%    +1.1%    +8.8%
+//	cjk           8  +27.0%     30.9%   +21.1%   +30.9%
+//	tools         6   +5.0%     10.5%    -2.3%   +10.5%
+//
+// The test fails beyond -20% or +50% on any sample. JSON is low when it is
+// pretty-printed (indentation is a token the spaces do not carry) and high
+// when compact. No tokenizer of Claude's is public, so Anthropic is
+// measured only on the recorded pairs. The pipeline reserves the estimate
+// plus a margin (accounting.ReserveInput) and corrects a run's next
+// reservations by the provider's count.
 package contextmgr

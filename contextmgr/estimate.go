@@ -28,9 +28,12 @@ import (
 //     real tokens, so JSON- and code-heavy content comes out near 2.5–3 chars
 //     per token without having to know which is which;
 //   - other punctuation costs about half a token;
-//   - a multi-byte UTF-8 character costs about one token (CJK is ~1 token
-//     per character; accented Latin is over-counted, which errs on the safe
-//     side of a watermark);
+//   - a backslash costs most of a token: in tool output an escaped quote is
+//     JSON inside a string, and an escaped newline is followed by
+//     indentation, which as spaces costs nothing but is a token of its own;
+//   - a multi-byte UTF-8 character costs 0.8 token (o200k encodes common
+//     CJK words in one token, so CJK is over-counted by 20–30% for OpenAI;
+//     accented Latin is over-counted too, which errs on the safe side);
 //   - white space outside strings (pretty-printed bodies) costs nothing.
 //
 // Opaque blobs (encrypted reasoning, thinking signatures, base64 images) are
@@ -38,8 +41,9 @@ import (
 // bill them as text.
 //
 // Measured against provider usage on the recorded fixtures (testdata/usage,
-// TestEstimateAgainstRecordedUsage), the error is within ±15% on every case;
-// see doc.go for the table.
+// TestEstimateAgainstRecordedUsage) and against o200k counts of a corpus per
+// content class (testdata/tokref, TestEstimatorError); see doc.go for the
+// tables.
 
 // weightScale is the fixed-point unit of the byte weights: 1 token = 1000.
 const weightScale = 1000
@@ -55,7 +59,9 @@ var byteWeight = func() (w [256]uint16) {
 			w[c] = 0
 		case c == '"', c == ':', c == ',':
 			w[c] = 150
-		case c == '{', c == '}', c == '[', c == ']', c == '\\':
+		case c == '\\':
+			w[c] = backslashWeight
+		case c == '{', c == '}', c == '[', c == ']':
 			w[c] = 250
 		case c < 0x20:
 			w[c] = 0
@@ -64,7 +70,7 @@ var byteWeight = func() (w [256]uint16) {
 		case c < 0xC0:
 			w[c] = 0 // UTF-8 continuation byte: counted with its lead byte
 		default:
-			w[c] = 900
+			w[c] = leadWeight
 		}
 	}
 	return w
@@ -86,6 +92,13 @@ const (
 	keyWeight   = 200
 	valueWeight = 300
 	idWeight    = 1000
+	// leadWeight is a UTF-8 lead byte's (see byteWeight).
+	leadWeight = 800
+	// backslashWeight is an escape's: in tool output an escaped quote
+	// stands for a token of JSON-in-a-string, and an escaped newline for
+	// the newline and the indentation after it, which as spaces weighs
+	// nothing (fitted with TestEstimatorError).
+	backslashWeight = 700
 
 	// blobRatio and blobCap price opaque base64 blobs (see above).
 	blobRatio = 48
@@ -175,15 +188,7 @@ func (c *EstimateCache) NeedsRewrite(api wire.API, body []byte, watermark int64)
 		return bound, false
 	}
 	var h xxh3.Hasher
-	var st scanState
-	if c.cut > 0 && c.cut < len(body) {
-		_, _ = h.Write(body[:c.cut])
-		if h.Sum64() == c.hash {
-			st = scanState{i: c.cut, w: c.w, tools: c.tools, lastKey: c.lastKey[:c.lastKeyN], depth: 2, conv: true}
-		} else {
-			h.Reset()
-		}
-	}
+	st := c.resume(body, &h)
 	if st.i == 0 && !c.noClass {
 		if bound, ok := classFits(api, body, watermark); ok {
 			// Nothing is cached from this body: the next one is decided
@@ -192,15 +197,44 @@ func (c *EstimateCache) NeedsRewrite(api wire.API, body []byte, watermark int64)
 		}
 		c.noClass = true
 	}
+	est := c.scan(api, body, fitWeight(api, watermark), &st, &h)
+	return est, est > watermark
+}
+
+// Estimate is the package's Estimate, reading only what follows the cached
+// prefix when the body begins with it, and caching this body's prefix for
+// the next call: the same number for a fraction of the reading.
+func (c *EstimateCache) Estimate(api wire.API, body []byte) int64 {
+	var h xxh3.Hasher
+	st := c.resume(body, &h)
+	return c.scan(api, body, math.MaxInt64, &st, &h)
+}
+
+// resume returns the scan state at the end of the cached prefix when body
+// begins with it (h then holds the prefix), else the start.
+func (c *EstimateCache) resume(body []byte, h *xxh3.Hasher) scanState {
+	if c.cut > 0 && c.cut < len(body) {
+		_, _ = h.Write(body[:c.cut])
+		if h.Sum64() == c.hash {
+			return scanState{i: c.cut, w: c.w, tools: c.tools, lastKey: c.lastKey[:c.lastKeyN], depth: 2, conv: true}
+		}
+		h.Reset()
+	}
+	return scanState{}
+}
+
+// scan reads body on from st up to the weight stop, caches the prefix up
+// to the end of its conversation array when the read got there, and
+// returns the estimate of what it read.
+func (c *EstimateCache) scan(api wire.API, body []byte, stop int64, st *scanState, h *xxh3.Hasher) int64 {
 	from := st.i
-	w, tools := scanFrom(body, api != wire.APIMessages, fitWeight(api, watermark), &st)
+	w, tools := scanFrom(body, api != wire.APIMessages, stop, st)
 	if st.cut > from && len(st.cutKey) <= len(c.lastKey) {
 		_, _ = h.Write(body[from:st.cut])
 		c.cut, c.hash, c.w, c.tools = st.cut, h.Sum64(), st.cutW, st.cutTools
 		c.lastKeyN = copy(c.lastKey[:], st.cutKey)
 	}
-	est := finish(api, w, tools)
-	return est, est > watermark
+	return finish(api, w, tools)
 }
 
 // fitWeight returns the largest weight finish keeps within wm (without the
@@ -224,10 +258,11 @@ func fitWeight(api wire.API, wm int64) int64 {
 }
 
 // maxWeightPerByte bounds scan's weight per byte of body: the heaviest
-// byte is a UTF-8 lead byte (900), which a malformed body may carry alone;
-// an empty id value weighs idWeight over its two quotes (500 per byte),
-// member names and string values less.
-const maxWeightPerByte = 900
+// byte is a UTF-8 lead byte (leadWeight), which a malformed body may carry
+// alone; a backslash weighs backslashWeight; an empty id value weighs
+// idWeight over its two quotes (500 per byte), member names and string
+// values less.
+const maxWeightPerByte = leadWeight
 
 // upperBound is the most Estimate can return for a body of n bytes.
 func upperBound(api wire.API, n int) int64 {
@@ -236,16 +271,16 @@ func upperBound(api wire.API, n int) int64 {
 
 // The byte classes of classBound and the most scan can give one byte of
 // each. Letters weigh 270 and white space and control bytes nothing,
-// inside strings and out. Other ASCII bytes weigh at most 450 as text; a
-// quote carries at most half of the fixed cost of its string (idWeight of
+// inside strings and out. Other ASCII bytes weigh at most backslashWeight
+// as text; a quote carries at most half of the fixed cost of its string (idWeight of
 // an id value over its two quotes: 500; valueWeight and keyWeight less).
 // A non-ASCII byte is at most a UTF-8 lead byte. One string may be left
 // open at the end of a body, its single quote carrying the whole idWeight:
 // classBound adds that once.
 const (
 	lowClassWeight  = 270
-	midClassWeight  = 500
-	highClassWeight = maxWeightPerByte
+	midClassWeight  = max(500, backslashWeight)
+	highClassWeight = leadWeight
 )
 
 // sumLanes adds the eight bytes of x.

@@ -40,14 +40,7 @@ func apiOf(s string) wire.API {
 // bound is the error doc.go states.
 func TestEstimateAgainstRecordedUsage(t *testing.T) {
 	t.Parallel()
-	raw, err := os.ReadFile("testdata/usage/cases.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cases []usageCase
-	if err := json.Unmarshal(raw, &cases); err != nil {
-		t.Fatal(err)
-	}
+	cases := recordedUsage(t)
 	var sumAbs float64
 	for _, c := range cases {
 		body, err := os.ReadFile(filepath.Join("testdata/usage", c.File))
@@ -63,6 +56,20 @@ func TestEstimateAgainstRecordedUsage(t *testing.T) {
 		}
 	}
 	t.Logf("mean absolute error %.1f%% over %d recorded calls", 100*sumAbs/float64(len(cases)), len(cases))
+}
+
+// recordedUsage is the recorded pairs of testdata/usage.
+func recordedUsage(t *testing.T) []usageCase {
+	t.Helper()
+	raw, err := os.ReadFile("testdata/usage/cases.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cases []usageCase
+	if err := json.Unmarshal(raw, &cases); err != nil {
+		t.Fatal(err)
+	}
+	return cases
 }
 
 // The size and class bounds hold on the heaviest shapes the estimator
@@ -83,6 +90,8 @@ func TestUpperBoundHolds(t *testing.T) {
 		{"open value", `{"content":"`},
 		{"quotes", `["","","","","","","","","","",""]`},
 		{"letters outside strings", `[true,false,null,true,false,null]`},
+		{"escaped newlines", `{"t":"\n\n\\n\n\t\n"}`},
+		{"newline across words", `{"content":"abcdefg\nabcdefg\n\n\n\n\n\n\n\n"}`},
 		{"continuation bytes", "{\"t\":\"\x80\x80\x80\xbf\xbf\"}"},
 	} {
 		t.Run(tc.desc, func(t *testing.T) {
@@ -160,15 +169,16 @@ func classBoundBytewise(b []byte) int64 {
 }
 
 // The cache decides as the full read does, on every step of growing agent
-// conversations, in the three formats; it reads less once the history
-// repeats; and a body that does not begin with the cached prefix (the
-// model changed, the history was edited) is read whole, correctly.
+// conversations, in the three formats, and its Estimate is the full read's;
+// it reads less once the history repeats; and a body that does not begin
+// with the cached prefix (the model changed, the history was edited) is
+// read whole, correctly.
 func TestEstimateCacheDecidesAsTheFullRead(t *testing.T) {
 	for _, api := range apis {
 		for seed := uint64(1); seed <= 20; seed++ {
 			r := rand.New(rand.NewPCG(seed, 7))
 			g := genConversation(r, 12, 3000)
-			var c EstimateCache
+			var c, ce EstimateCache // ce: Estimate's, read to the end every time
 			for k := 0; k <= len(g.steps); k++ {
 				step := genConv{system: g.system, task: g.task, steps: g.steps[:k]}
 				body := step.render(api)
@@ -176,6 +186,9 @@ func TestEstimateCacheDecidesAsTheFullRead(t *testing.T) {
 					body = bytes.Replace(body, []byte(g.task[:20]), []byte(strings.ToUpper(g.task[:20])), 1)
 				}
 				full := Estimate(api, body)
+				if est := ce.Estimate(api, body); est != full || ce.cut <= 0 {
+					t.Fatalf("%v seed %d step %d: cached estimate %d, full read %d (cached prefix %d)", api, seed, k, est, full, ce.cut)
+				}
 				for _, wm := range []int64{full - 1, full, full + 1, full / 2} {
 					cc := c // each watermark from the same cache
 					est, needs := cc.NeedsRewrite(api, body, wm)

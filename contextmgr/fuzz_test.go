@@ -107,6 +107,12 @@ func FuzzEstimateCache(f *testing.F) {
 		if !needs && est != full && est != upperBound(api, len(next)) && est != classBound(api, next) {
 			t.Fatalf("estimate %d, full %d", est, full)
 		}
+		if c.cut > 0 { // the body that begins with the prefix cached now
+			next = append(next[:c.cut:c.cut], rest...)
+		}
+		if est, want := c.Estimate(api, next), Estimate(api, next); est != want {
+			t.Fatalf("cached estimate %d, full read %d", est, want)
+		}
 	})
 }
 

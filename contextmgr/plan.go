@@ -123,10 +123,11 @@ func (p *plan) weights() {
 				continue
 			}
 			// Planning only: bytes stand in for characters here, the build
-			// cuts on characters.
+			// cuts on characters. The middle is weighed as the body
+			// carries it, escapes included, as it was counted in it.w.
 			h, t := min(p.rw.head(), len(d)), max(len(d)-p.rw.tail(), 0)
 			if h < t {
-				w += noteWeight - weigh(d[h:t])
+				w += noteWeight - marshalWeight(d[h:t])
 			}
 		}
 		p.w[i] = w

@@ -24,7 +24,9 @@ import (
 	"github.com/haltline/haltline/accounting"
 	"github.com/haltline/haltline/app"
 	"github.com/haltline/haltline/config"
+	"github.com/haltline/haltline/contextmgr"
 	"github.com/haltline/haltline/runstate"
+	"github.com/haltline/haltline/wire"
 )
 
 func hasTools(body []byte) bool { return offersTools(body) }
@@ -269,7 +271,7 @@ func worstCase(t *testing.T, body []byte, maxOut int64) accounting.Money {
 	if !ok {
 		t.Fatal("gpt-4o-mini not priced")
 	}
-	return price.WorstCase(accounting.EstimateInputTokens(len(body)), maxOut)
+	return price.WorstCase(accounting.ReserveInput(contextmgr.Estimate(wire.APIChat, body)), maxOut)
 }
 
 func usd(m accounting.Money) string {

@@ -281,7 +281,7 @@ func (p *Pipeline) reserve(ctx context.Context, t *Turn, g *governance, maxOut i
 		return true
 	}
 	reject := g.term.Mode == policy.ModeReject
-	est := accounting.EstimateInputTokens(t.Req.BodyBytes)
+	est := accounting.ReserveInput(g.scaleInput(p.inputEstimate(t, g)))
 	wrapLine := ""
 	// The last allowed step, the soft line, or a deadline inside the final
 	// reserve make this call the wrap-up; in reject mode the call goes on
@@ -430,6 +430,45 @@ func outputFloor(g *governance, maxOut int64) int64 {
 		floor = policy.DefaultMinOutputTokens
 	}
 	return min(floor, maxOut)
+}
+
+// inputEstimate is the context manager's estimate of the call's input
+// tokens, the one the watermark is checked on: the body as the agent sent
+// it, read from where the run's previous body ends. A replayed call's is
+// the one recorded.
+func (p *Pipeline) inputEstimate(t *Turn, g *governance) int64 {
+	if rt := t.replayed(); rt != nil {
+		t.inputEst = rt.inputEst
+	} else {
+		t.inputEst = g.estimate.Estimate(t.Req.API, t.Call.Body)
+	}
+	return t.inputEst
+}
+
+// calibrate learns from a settled call how far the provider's input count
+// was above the estimate of its body: the run's next bodies begin with this
+// one and go to the same tokenizer, so their estimates are raised by that
+// ratio. A call whose count was below its estimate resets it: the
+// estimate is then the worst case again. A reservation too low for what
+// the call is billed would let spent pass a budget at settlement.
+func (g *governance) calibrate(est, actual int64) {
+	if est <= 0 || actual <= est {
+		g.inputScale = 0
+		return
+	}
+	g.inputScale = min(actual*1000/est+1, maxInputScale)
+}
+
+// maxInputScale bounds calibrate's ratio: a count far above the estimate
+// is not the tokenizer's doing (a provider-side prompt, a cache write).
+const maxInputScale = 8000
+
+// scaleInput is est raised by the run's calibration.
+func (g *governance) scaleInput(est int64) int64 {
+	if g.inputScale <= 1000 {
+		return est
+	}
+	return (est*g.inputScale + 999) / 1000
 }
 
 // callVector is what a model call reserves: one step and its worst case.

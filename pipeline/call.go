@@ -115,6 +115,9 @@ type Turn struct {
 	wrapUp   bool
 	wrapLine string
 	wrapOut  int64
+	// inputEst is the context manager's estimate of the body's input
+	// tokens, once the reservation has weighed it (0 before).
+	inputEst int64
 	// pendingEnd is a loop or stall verdict found while observing the
 	// request's tool results, applied in admission order.
 	pendingEnd *runstate.Termination

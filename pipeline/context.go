@@ -31,7 +31,7 @@ func (p *Pipeline) rewriteContext(ctx context.Context, t *Turn, g *governance, n
 		tighten = err == nil && line != ""
 	}
 	wm := contextmgr.Watermark(t.price.ContextWindow, contextmgr.Params{Tighten: tighten})
-	if _, needs := g.estimate.NeedsRewrite(t.Req.API, body, wm); !needs {
+	if !p.overWatermark(t, g, body, wm) {
 		return body
 	}
 	if g.ctx == nil {
@@ -56,6 +56,24 @@ func (p *Pipeline) rewriteContext(ctx context.Context, t *Turn, g *governance, n
 	r.Record(now, runstate.Event{Type: runstate.EventCompression, Detail: detail})
 	p.obs.Compression(t.Req.API.String(), rep.TokensBefore, rep.TokensAfter)
 	return out
+}
+
+// overWatermark reports whether the body to forward goes over the
+// watermark. A body the cut left as the agent sent it was weighed for the
+// reservation, and that estimate decides; a cut body is weighed with its
+// own cache, so that neither cache loses the prefix its next body begins
+// with.
+func (p *Pipeline) overWatermark(t *Turn, g *governance, body []byte, wm int64) bool {
+	if t.inputEst > 0 && sameBytes(body, t.Call.Body) {
+		return t.inputEst > wm
+	}
+	_, needs := g.cutEstimate.NeedsRewrite(t.Req.API, body, wm)
+	return needs
+}
+
+// sameBytes reports whether a and b are the same slice (not only equal).
+func sameBytes(a, b []byte) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
 
 // rewriter is the context manager as the run's policy sets it (the tool

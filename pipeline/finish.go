@@ -283,6 +283,11 @@ func (p *Pipeline) settle(ctx context.Context, t *Turn, g *governance, resp *wir
 		p.log.Error("settlement deferred: ledger book unavailable", "run_id", r.ID, "err", err)
 		p.deferSettle(t.res, s.actual, now)
 	}
+	if resp.HasUsage && !t.wrapUp {
+		// A wrap-up goes without its tools: its count says nothing of
+		// the run's next bodies.
+		g.calibrate(t.inputEst, u.InputTokens)
+	}
 	c := &r.Counters
 	c.InputTokens += u.InputTokens
 	c.OutputTokens += u.OutputTokens

@@ -61,10 +61,14 @@ type governance struct {
 	// ctx is the context manager's state: the compressed prefix, pinned
 	// facts (persisted with the run).
 	ctx *contextmgr.State
-	// estimate lets the next call's context check read only what the agent
-	// added to its history (in memory only: a restored run reads its next
-	// body whole once).
-	estimate contextmgr.EstimateCache
+	// estimate lets the next call's input estimate (its reservation and
+	// context check) read only what the agent added to its history;
+	// cutEstimate does the same for the bodies whose tool output was cut
+	// (in memory only: a restored run reads its next body whole once).
+	estimate, cutEstimate contextmgr.EstimateCache
+	// inputScale (per mille, 0 for none) corrects the run's input
+	// estimates by what its provider counted (see calibrate).
+	inputScale int64
 	// tools is the run's tool governance: approvals, idempotent results,
 	// blobs of cut output, per-tool uses (tool*.go); nil until a tool call.
 	tools *toolState

@@ -66,15 +66,18 @@ type Recording struct {
 // CallRecord is one model call of a recorded run.
 type CallRecord struct {
 	// Seq orders the calls as they began.
-	Seq             int    `json:"seq"`
-	API             string `json:"api"`
-	Model           string `json:"model"`
-	Stream          bool   `json:"stream,omitempty"`
-	BodyBytes       int    `json:"body_bytes"`
-	MaxOutputTokens int64  `json:"max_output_tokens,omitempty"`
-	HasTools        bool   `json:"has_tools,omitempty"`
-	Messages        int    `json:"messages"`
-	NewUserTurn     bool   `json:"new_user_turn,omitempty"`
+	Seq       int    `json:"seq"`
+	API       string `json:"api"`
+	Model     string `json:"model"`
+	Stream    bool   `json:"stream,omitempty"`
+	BodyBytes int    `json:"body_bytes"`
+	// InputEstimate is the estimate of the body's input tokens that the
+	// call's reservation was sized on (before the margin).
+	InputEstimate   int64 `json:"input_estimate,omitempty"`
+	MaxOutputTokens int64 `json:"max_output_tokens,omitempty"`
+	HasTools        bool  `json:"has_tools,omitempty"`
+	Messages        int   `json:"messages"`
+	NewUserTurn     bool  `json:"new_user_turn,omitempty"`
 	// BodySHA256 is the hash of the request body; Body is the body itself,
 	// only with content recording.
 	BodySHA256 string          `json:"body_sha256"`
@@ -259,7 +262,7 @@ func (p *Pipeline) recordBegin(t *Turn, r *runstate.Run) {
 	req := &t.Req
 	sum := sha256.Sum256(t.Call.Body)
 	*rec = CallRecord{Seq: gr.seq, API: req.API.String(), Model: req.Model, Stream: req.Stream,
-		BodyBytes: req.BodyBytes, MaxOutputTokens: req.MaxOutputTokens, HasTools: req.HasTools,
+		BodyBytes: req.BodyBytes, InputEstimate: t.inputEst, MaxOutputTokens: req.MaxOutputTokens, HasTools: req.HasTools,
 		Messages: req.Messages, NewUserTurn: req.NewUserTurn, BodySHA256: hex.EncodeToString(sum[:]),
 		ElapsedMs: t.started.Sub(gr.started).Milliseconds(), Step: t.step, Observations: rec.Observations}
 	if gr.rec.Content && json.Valid(t.Call.Body) {

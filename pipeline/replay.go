@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/haltline/haltline/accounting"
+	"github.com/haltline/haltline/contextmgr"
 	"github.com/haltline/haltline/loopguard"
 	"github.com/haltline/haltline/policy"
 	"github.com/haltline/haltline/runstate"
@@ -333,6 +334,8 @@ type replayTurn struct {
 	obs map[string]loopguard.Fingerprint
 	fps []loopguard.Fingerprint
 	has []bool
+	// inputEst is the call's input estimate (see recordedEstimate).
+	inputEst int64
 }
 
 func (rt *replayTurn) observation(callID string) (loopguard.Fingerprint, bool) {
@@ -357,7 +360,7 @@ func replayCall(c *CallRecord) (*replayTurn, wire.Request, wire.Response, error)
 	if api == wire.APIUnknown {
 		return nil, wire.Request{}, wire.Response{}, fmt.Errorf("unknown api %q", c.API)
 	}
-	rt := &replayTurn{obs: map[string]loopguard.Fingerprint{}}
+	rt := &replayTurn{obs: map[string]loopguard.Fingerprint{}, inputEst: recordedEstimate(api, c)}
 	req := wire.Request{API: api, Model: c.Model, Stream: false, MaxOutputTokens: c.MaxOutputTokens,
 		HasTools: c.HasTools, BodyBytes: c.BodyBytes, Messages: c.Messages, NewUserTurn: c.NewUserTurn}
 	for _, ob := range c.Observations {
@@ -433,3 +436,17 @@ func (c *replayCodec) SyntheticFinal(*wire.Request, string) (string, []byte) {
 }
 
 func (c *replayCodec) ErrorBody(wire.ErrorKind, string, []byte) []byte { return []byte(`{}`) }
+
+// recordedEstimate is the input estimate the recorded gateway reserved on:
+// as recorded; for a recording that predates it, the estimate of the
+// recorded body, or without the body one token per four of its bytes (the
+// estimator's ratio on English prose).
+func recordedEstimate(api wire.API, c *CallRecord) int64 {
+	switch {
+	case c.InputEstimate > 0:
+		return c.InputEstimate
+	case len(c.Body) > 0:
+		return contextmgr.Estimate(api, c.Body)
+	}
+	return int64(c.BodyBytes+3) / 4
+}

@@ -43,7 +43,7 @@ func (p *Pipeline) summariser(t *Turn, g *governance, now time.Time) func(contex
 	return func(ctx context.Context, prev string, dropped []contextmgr.Turn) (string, map[string]string, error) {
 		body := builder.BuildRequest(model, summaryInstruction, renderTurns(prev, dropped), summaryMaxOutput)
 		price, priced := p.catalog.Lookup(model)
-		est := accounting.EstimateInputTokens(len(body))
+		est := accounting.ReserveInput(contextmgr.Estimate(t.Req.API, body))
 		want := accounting.Vector{Tokens: est + summaryMaxOutput, InputTokens: est,
 			OutputTokens: summaryMaxOutput, Cost: price.WorstCase(est, summaryMaxOutput)}
 		if !priced && g.limits.MaxCostUSD > 0 {
