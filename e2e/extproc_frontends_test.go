@@ -279,7 +279,7 @@ func feCases() []feCase {
 			up := newUpstream(t, (&toolLoop{in: 100, out: 10}).serve)
 			g := startFrontEnd(t, fe, up.URL, withPolicy(policyDir(t, `{"haltline":{"terminations":{"mode":"reject"}}}`)))
 			var f facts
-			resp, body := g.post(t, "/v1/chat/completions", map[string]string{"X-Run-Budget": "max_tokens=100"}, fixedRequest(10))
+			resp, body := g.post(t, "/v1/chat/completions", map[string]string{"X-Run-Budget": "max_tokens=10"}, fixedRequest(10))
 			f.answer(resp, body)
 			if resp.StatusCode != 429 || resp.Header.Get("x-should-retry") != "false" || resp.Header.Get("X-Run-Termination") != runstate.ReasonTokenBudget {
 				t.Fatalf("answer %d %v %s", resp.StatusCode, resp.Header, body)
