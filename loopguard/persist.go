@@ -35,7 +35,7 @@ const (
 const maxStateSteps = 4 * maxThreshold
 
 // MarshalBinary encodes the guard's state. Its size is bounded by the ring
-// and MaxSeenObservations (under 100 KB at the default thresholds).
+// and MaxSeenObservations (under 128 KB at the default thresholds).
 func (g *Guard) MarshalBinary() ([]byte, error) {
 	b := make([]byte, 0, 64+g.n*48+g.seen.len()*16)
 	b = append(b, stateMagic...)
