@@ -128,3 +128,58 @@ func TestShadowModeRecordsWhatEnforceDoes(t *testing.T) {
 		})
 	}
 }
+
+// rephrasingModel is an agent that asks one search in other words every
+// step and gives up after six searches.
+func rephrasingModel(w http.ResponseWriter, r *http.Request, body []byte) {
+	phrasings := []string{"acme corp q3 revenue", "q3 revenue acme corp", "revenue of acme corp in q3", "acme corp revenue q3", "acme q3 corp revenue", "acme corp q3 revenue figures"}
+	n := bytes.Count(body, []byte(`"tool_call_id"`))
+	if !offersTools(body) || n >= len(phrasings) {
+		openaiAnswer(w, false, false, n+1, true, "Nothing found.", "", 100, 10)
+		return
+	}
+	openaiAnswer(w, false, false, n+1, false, "", fmt.Sprintf(`{"query":%q}`, phrasings[n]), 100, 10)
+}
+
+// The semantic detector runs in shadow mode with no policy at all: a run
+// that rephrases one search with nothing found goes on exactly as without
+// the gateway, and its record names the line and the detector; a policy
+// that enforces the line ends the run at that step, as a loop.
+func TestShadowSemanticRepeatByDefault(t *testing.T) {
+	t.Parallel()
+	noResults := func(string) string { return "no results" }
+	const agentCap = 12
+
+	upD := newUpstream(t, rephrasingModel)
+	_, stepsD := shadowAgent(t, upD.URL, "max_steps=50", noResults, agentCap)
+
+	upS := newUpstream(t, rephrasingModel)
+	gS := startGateway(t, upS.URL)
+	idS, stepsS := shadowAgent(t, gwURL(gS), "max_steps=50", noResults, agentCap)
+	direct, shadowed := upD.requests(), upS.requests()
+	if stepsS != stepsD || len(direct) != len(shadowed) {
+		t.Fatalf("shadow: %d steps, %d upstream calls; no gateway: %d steps, %d calls", stepsS, len(shadowed), stepsD, len(direct))
+	}
+	for i := range direct {
+		if !bytes.Equal(direct[i].Body, shadowed[i].Body) {
+			t.Fatalf("call %d differs in shadow:\n%s\nvs\n%s", i+1, shadowed[i].Body, direct[i].Body)
+		}
+	}
+	recS := settledRecord(t, gS, idS)
+	if recS.Status == runstate.Terminated || len(recS.WouldTerminate) != 1 {
+		t.Fatalf("want a run left alone with one shadow hit: %+v", recS)
+	}
+	hit := recS.WouldTerminate[0]
+	if hit.Line != "semantic_repeat" || hit.Detector != "semantic" || hit.Step != 4 {
+		t.Fatalf("shadow hit %+v, want line semantic_repeat, detector semantic, step 4", hit)
+	}
+	t.Logf("would_terminate: %+v", hit)
+
+	upE := newUpstream(t, rephrasingModel)
+	gE := startGateway(t, upE.URL, withPolicy(policyDir(t, `{"haltline":{"terminations":{"enforcement":{"semantic_repeat":"enforce"}}}}`)))
+	idE, _ := shadowAgent(t, gwURL(gE), "max_steps=50", noResults, agentCap)
+	recE := settledRecord(t, gE, idE)
+	if recE.Reason != runstate.ReasonLoopDetected || recE.Detector != "semantic" || recE.TerminatedAtStep != hit.Step {
+		t.Fatalf("enforced: reason %q detector %q at step %d, want loop_detected/semantic at step %d", recE.Reason, recE.Detector, recE.TerminatedAtStep, hit.Step)
+	}
+}

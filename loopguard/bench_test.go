@@ -45,8 +45,8 @@ func BenchmarkCanonical1KB(b *testing.B) {
 }
 
 // BenchmarkGuardPerToolCall measures everything the gateway does per tool
-// call: fingerprint the arguments, run the loop detectors on the step,
-// fingerprint the result and run the stall detector.
+// call: fingerprint and sketch the arguments, run the loop detectors on
+// the step, fingerprint the result and run the stall detector.
 func BenchmarkGuardPerToolCall(b *testing.B) {
 	c := NewCanonicalizer(nil)
 	const variants = 64
@@ -65,7 +65,8 @@ func BenchmarkGuardPerToolCall(b *testing.B) {
 	i := 0
 	for b.Loop() {
 		k := i % variants
-		calls[0] = Call{ID: ids[k], Tool: "query_logs", FP: c.Fingerprint("agent-1", "query_logs", args[k])}
+		fp, _, sk := c.CallPrints("agent-1", "query_logs", args[k])
+		calls[0] = Call{ID: ids[k], Tool: "query_logs", FP: fp, Sketch: sk}
 		if v := g.Step(i, calls); v != nil {
 			b.Fatalf("unexpected verdict %+v", v)
 		}

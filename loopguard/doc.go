@@ -1,7 +1,8 @@
 // Package loopguard fingerprints tool calls and tool results and detects
 // runs that loop or stall (DESIGN §6, defaults in §8).
 //
-// It owns two things: fingerprints (Canonicalizer) and detectors (Guard). It
+// It owns two things: fingerprints and sketches (Canonicalizer) and
+// detectors (Guard). It
 // must not touch ending a run — a Verdict is a report; the pipeline decides
 // between enforce and shadow, records the termination reason and answers the
 // client — nor policy (thresholds and volatile keys arrive as values), nor
@@ -26,6 +27,13 @@
 // A Fingerprint also carries a shape: the hash of the canonical form with
 // digit runs masked, so calls that differ only in numbers share it. See
 // Fingerprint for the sizes and why.
+//
+// A Sketch is a 32-bucket one-permutation MinHash of the words of the same
+// canonical form (string values and numbers, not keys; lowercased, stop
+// words and one-letter words dropped, words of letters cut to five; words
+// and neighbouring pairs), so that the estimated Jaccard similarity of two
+// calls' arguments costs 32 comparisons. CallPrints computes fingerprints
+// and sketch from one canonical form. See Sketch.
 //
 // # Detector semantics
 //
@@ -60,10 +68,19 @@
 //     and none of which was new. Newer steps still waiting for results are
 //     skipped; an older step missing a result ends the count (unknown is
 //     not "nothing new").
+//   - semantic (loop_detected): a call of the newest step and calls of the
+//     same agent and tool in SemanticRepeats−1 earlier steps among the last
+//     SemanticWindow, pairwise similar at SemanticSimilarity or more, with
+//     no result new in itself observed since the oldest of them. "New in
+//     itself" drops the pairing with the call's shape: a rephrased question
+//     has a new shape each time, so every "no results" would be new to the
+//     rule above; here only a result the run never saw counts. The guard
+//     keeps a second epoch for it. Calls of one step never count against
+//     each other (a fan-out is not a repeat).
 //
 // The loop detectors run in Step, before the calls execute, in the order
-// above; the stall detector runs in Observe, when a step's last result
-// arrives. With results visible, a cycle or a creeping argument usually
+// above, semantic last and only when no other reported; the stall detector
+// runs in Observe, when a step's last result arrives. With results visible, a cycle or a creeping argument usually
 // ends as a stall; the cycle and window detectors matter when results do
 // not pass through the gateway. A step's parallel calls form a set;
 // decisions without tool calls are not recorded and neither extend nor
@@ -73,17 +90,25 @@
 //
 // A verdict consumes its evidence: steps up to it no longer count, so in
 // shadow mode a loop that continues is reported once per full threshold
-// rather than on every step.
+// rather than on every step. A semantic verdict consumes only the semantic
+// detector's evidence (the pipeline gives it an enforcement line of its
+// own, shadow by default), so it never delays another detector's verdict;
+// any other verdict consumes the semantic evidence too.
 //
 // Known limits: a result that echoes a creeping argument ("page": 7) is new
 // every time, so such a loop is left to the step budget; a job polled with
-// an unchanged status SameInRow times counts as a loop.
+// an unchanged status SameInRow times counts as a loop. The semantic
+// detector is lexical: synonyms ("rotation", "rollover") are different
+// words, and a check fanned out over values in long, otherwise equal
+// sentences that all get the same answer ("0 open incidents" for every
+// region) looks like a rephrased loop to it.
 //
 // # Bounds
 //
 // A Guard keeps a ring of the last max(SameInRow, Window, 2·MaxCyclePeriod,
-// StallSteps)+4 steps of at most MaxCallsPerStep calls, and at most
-// MaxSeenObservations observation keys (oldest forgotten first, which can
-// only delay a stall). MarshalBinary writes exactly that; UnmarshalBinary
+// StallSteps, SemanticWindow)+4 steps of at most MaxCallsPerStep calls (a
+// call keeps its sketch, 136 bytes), and at most MaxSeenObservations
+// observation keys (oldest forgotten first, which can only delay a
+// verdict; with the semantic detector on, a result takes two keys). MarshalBinary writes exactly that; UnmarshalBinary
 // rejects malformed or oversized input and keeps the guard's own thresholds.
 package loopguard

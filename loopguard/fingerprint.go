@@ -97,7 +97,7 @@ func (c *Canonicalizer) Canonical(dst, args []byte) []byte {
 // Fingerprint hashes the agent id, the tool name and the canonical form of
 // the arguments.
 func (c *Canonicalizer) Fingerprint(agentID, tool string, args []byte) Fingerprint {
-	fp, _ := c.fingerprints(agentID, tool, args, false)
+	fp, _ := c.fingerprints(agentID, tool, args, false, nil)
 	return fp
 }
 
@@ -107,17 +107,28 @@ func (c *Canonicalizer) Fingerprint(agentID, tool string, args []byte) Fingerpri
 // cost (the gateway needs both for each tool call a model asks for: the
 // loop guard's, and the key a tool route finds the run by).
 func (c *Canonicalizer) Fingerprints(agentID, tool string, args []byte) (agent, anyAgent Fingerprint) {
-	return c.fingerprints(agentID, tool, args, true)
+	return c.fingerprints(agentID, tool, args, true, nil)
 }
 
-// fingerprints is Fingerprints, or with both false only the agent's.
-func (c *Canonicalizer) fingerprints(agentID, tool string, args []byte, both bool) (agent, anyAgent Fingerprint) {
+// CallPrints is Fingerprints and Sketch from one canonical form of the
+// arguments: all the loop guard and the tool routes need of a tool call.
+func (c *Canonicalizer) CallPrints(agentID, tool string, args []byte) (agent, anyAgent Fingerprint, sk Sketch) {
+	agent, anyAgent = c.fingerprints(agentID, tool, args, true, &sk)
+	return agent, anyAgent, sk
+}
+
+// fingerprints is Fingerprints, or with both false only the agent's; with
+// sk set, it sketches the arguments too.
+func (c *Canonicalizer) fingerprints(agentID, tool string, args []byte, both bool, sk *Sketch) (agent, anyAgent Fingerprint) {
 	st := c.get()
 	b := appendCallHead(st.buf[:0], agentID, tool)
 	head := len(b)
 	b = canonical(b, args, st, c.volatile)
 	st.buf = b
 	agent = st.fingerprint(b, head)
+	if sk != nil {
+		*sk = sketchOf(agentID, tool, b[head:])
+	}
 	if agentID == "" || !both {
 		c.put(st)
 		return agent, agent

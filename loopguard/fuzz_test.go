@@ -184,13 +184,21 @@ func FuzzGuard(f *testing.F) {
 			f[0], f[16] = b&7, b&3
 			return f
 		}
+		// A few word sets, so that some calls are near-duplicates.
+		c := NewCanonicalizer(nil)
+		sketches := []Sketch{
+			c.Sketch("a", "t", []byte(`"acme corp q3 revenue"`)),
+			c.Sketch("a", "t", []byte(`"q3 revenue acme corp"`)),
+			c.Sketch("a", "t", []byte(`"vault lease renew"`)),
+			{},
+		}
 		var ids []string
 		for i, op := range ops {
 			switch op >> 6 {
 			case 0, 1: // a step with 1..4 calls
 				calls := make([]Call, 1+int(op>>4&3))
 				for j := range calls {
-					calls[j] = Call{ID: string(rune('a' + (i+j)%26)), Tool: "t", FP: fp(op + byte(j))}
+					calls[j] = Call{ID: string(rune('a' + (i+j)%26)), Tool: "t", FP: fp(op + byte(j)), Sketch: sketches[(int(op)+j)%len(sketches)]}
 					ids = append(ids, calls[j].ID)
 				}
 				g.Step(i, calls)
@@ -205,7 +213,7 @@ func FuzzGuard(f *testing.F) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if len(state) > 64+len(g.ring)*(16+MaxCallsPerStep*33)+MaxSeenObservations*16 {
+				if len(state) > 64+len(g.ring)*(48+MaxCallsPerStep*(33+8+4*SketchBuckets))+MaxSeenObservations*16 {
 					t.Fatalf("state of %d bytes exceeds its bound", len(state))
 				}
 				g = NewGuard(th)
@@ -227,6 +235,7 @@ func FuzzUnmarshal(f *testing.F) {
 	state, _ := g.MarshalBinary()
 	f.Add(state)
 	f.Add([]byte("LGv1"))
+	f.Add([]byte("LGv2"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		g := NewGuard(DefaultThresholds())
 		if err := g.UnmarshalBinary(data); err != nil {

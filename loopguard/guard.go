@@ -14,6 +14,7 @@ const (
 	DetectorWindow    = "window"
 	DetectorCycle     = "cycle"
 	DetectorStall     = "stall"
+	DetectorSemantic  = "semantic"
 )
 
 // MaxCallsPerStep bounds what one step remembers; further parallel calls in
@@ -28,13 +29,16 @@ type Call struct {
 	ID   string // the provider's tool-call id; Observe matches results by it
 	Tool string
 	FP   Fingerprint
+	// Sketch feeds the semantic detector; a zero Sketch leaves the call
+	// out of it.
+	Sketch Sketch
 }
 
 // Verdict reports a loop or a stall. The guard only reports; ending the run
 // (or recording a shadow hit) is the caller's decision.
 type Verdict struct {
 	Reason       string   // ReasonLoop or ReasonStalled
-	Detector     string   // DetectorSameInRow, DetectorWindow, DetectorCycle or DetectorStall
+	Detector     string   // DetectorSameInRow, DetectorWindow, DetectorCycle, DetectorStall or DetectorSemantic
 	Step         int      // the step that completed the pattern
 	Fingerprints []string // the repeated fingerprints (Fingerprint.String)
 	Detail       string   // one human-readable sentence
@@ -44,12 +48,14 @@ type callRec struct {
 	id       uint64 // FNV-1a of the call id; strings are not kept
 	fp       Fingerprint
 	observed bool
+	sk       Sketch
 }
 
 type stepRec struct {
 	seq     uint64 // guard-assigned, strictly increasing
 	step    int    // the caller's step number, for verdicts
 	epoch   uint64 // new observations the run had seen when the step was decided
+	pepoch  uint64 // likewise, counting results new in themselves (semantic detector)
 	calls   []callRec
 	pending int  // calls whose result has not arrived
 	newObs  bool // some result of this step was new to the run
@@ -91,6 +97,11 @@ type Guard struct {
 	epoch uint64 // count of new observations so far
 	mark  uint64 // steps with seq < mark were consumed by a verdict
 	seen  seenSet
+	// The semantic detector's own epoch and mark: its verdicts consume
+	// only its own evidence, so that a line in shadow mode never delays
+	// the verdicts of the others.
+	pepoch uint64
+	smark  uint64
 }
 
 // NewGuard returns a guard for one run.
@@ -105,9 +116,11 @@ func (g *Guard) Thresholds() Thresholds { return g.th }
 func (g *Guard) at(i int) *stepRec { return &g.ring[(g.head+i)%len(g.ring)] }
 
 // live returns the index of the oldest step not consumed by a verdict.
-func (g *Guard) live() int {
+func (g *Guard) live() int { return g.liveFrom(g.mark) }
+
+func (g *Guard) liveFrom(mark uint64) int {
 	lo := 0
-	for lo < g.n && g.at(lo).seq < g.mark {
+	for lo < g.n && g.at(lo).seq < mark {
 		lo++
 	}
 	return lo
@@ -147,15 +160,19 @@ func (g *Guard) Step(step int, calls []Call) *Verdict {
 	s := g.push()
 	s.step = step
 	s.epoch = g.epoch
+	s.pepoch = g.pepoch
 	s.newObs = false
 	for _, c := range calls {
 		if len(s.calls) == MaxCallsPerStep {
 			break
 		}
-		s.calls = append(s.calls, callRec{id: hashID(c.ID), fp: c.FP})
+		s.calls = append(s.calls, callRec{id: hashID(c.ID), fp: c.FP, sk: c.Sketch})
 	}
 	s.pending = len(s.calls)
-	return g.detectLoop(calls)
+	if v := g.detectLoop(calls); v != nil {
+		return v
+	}
+	return g.detectSemantic(calls)
 }
 
 // Observe records the result of an earlier call and reports a stall if it
@@ -186,6 +203,9 @@ func (g *Guard) Observe(callID string, obs Fingerprint) *Verdict {
 	isNew := g.seen.add(makeObsKey(shape, obs))
 	if isNew {
 		g.epoch++
+	}
+	if g.th.SemanticRepeats > 0 && g.seen.add(makeObsKey(plainShape, obs)) {
+		g.pepoch++
 	}
 	if call != nil {
 		if !call.observed {
@@ -368,7 +388,12 @@ func toolOf(calls []Call, fp Fingerprint) string {
 // longer count, so a loop that goes on (in shadow mode) is reported again
 // only once it has built up the full threshold anew.
 func (g *Guard) verdict(reason, detector string, step int, fps []Fingerprint, detail string) *Verdict {
-	g.mark = g.seq
+	g.mark, g.smark = g.seq, g.seq
+	return report(reason, detector, step, fps, detail)
+}
+
+// report builds a verdict without consuming evidence.
+func report(reason, detector string, step int, fps []Fingerprint, detail string) *Verdict {
 	v := &Verdict{Reason: reason, Detector: detector, Step: step, Detail: detail}
 	if len(fps) > 0 {
 		v.Fingerprints = make([]string, len(fps))

@@ -156,7 +156,7 @@ func TestStateBoundedAndRestored(t *testing.T) {
 	for i := 0; i < 10000; i++ {
 		calls := make([]Call, 40) // more than MaxCallsPerStep
 		for j := range calls {
-			calls[j] = Call{ID: fmt.Sprint(i, "-", j), FP: Fingerprint{byte(i), byte(i >> 8), byte(j)}}
+			calls[j] = Call{ID: fmt.Sprint(i, "-", j), FP: Fingerprint{byte(i), byte(i >> 8), byte(j)}, Sketch: Sketch{key: 1, mins: [SketchBuckets]uint32{uint32(i)}}}
 		}
 		g.Step(i, calls)
 		for j := range calls {

@@ -6,35 +6,51 @@ import (
 	"fmt"
 )
 
-// State format, version 1 (all integers unsigned varints unless noted):
+// State format, version 2 (all integers unsigned varints unless noted):
 //
-//	"LGv1" seq epoch mark nsteps
-//	  per step: seq step(zigzag) epoch flags ncalls
-//	    per call: id(8 bytes LE) fingerprint(24 bytes) observed(1 byte)
+//	"LGv2" seq epoch mark pepoch smark nsteps
+//	  per step: seq step(zigzag) epoch pepoch flags ncalls
+//	    per call: id(8 bytes LE) fingerprint(24 bytes) flags(1 byte:
+//	    1 observed, 2 sketched) [sketch key(8 bytes LE) 32 × min(4 bytes LE)]
 //	nseen, per entry: key(16 bytes), oldest first
+//
+// Version 1, still read, has neither pepoch nor smark nor sketches (the
+// call's flags byte is its observed byte): its runs start the semantic
+// detector afresh.
 //
 // Thresholds are not stored: a restored guard uses the ones it was created
 // with, so a policy change applies to runs that survive a restart.
-const stateMagic = "LGv1"
+const (
+	stateMagic   = "LGv2"
+	stateMagicV1 = "LGv1"
+)
+
+const (
+	callObserved = 1 << iota
+	callSketched
+)
 
 // maxStateSteps bounds what UnmarshalBinary accepts, whatever the input
 // claims; the guard then keeps only as many steps as its ring holds.
 const maxStateSteps = 4 * maxThreshold
 
 // MarshalBinary encodes the guard's state. Its size is bounded by the ring
-// and MaxSeenObservations (under 100 KB at the default thresholds).
+// and MaxSeenObservations (under 128 KB at the default thresholds).
 func (g *Guard) MarshalBinary() ([]byte, error) {
 	b := make([]byte, 0, 64+g.n*48+g.seen.len()*16)
 	b = append(b, stateMagic...)
 	b = binary.AppendUvarint(b, g.seq)
 	b = binary.AppendUvarint(b, g.epoch)
 	b = binary.AppendUvarint(b, g.mark)
+	b = binary.AppendUvarint(b, g.pepoch)
+	b = binary.AppendUvarint(b, g.smark)
 	b = binary.AppendUvarint(b, uint64(g.n))
 	for i := 0; i < g.n; i++ {
 		s := g.at(i)
 		b = binary.AppendUvarint(b, s.seq)
 		b = binary.AppendVarint(b, int64(s.step))
 		b = binary.AppendUvarint(b, s.epoch)
+		b = binary.AppendUvarint(b, s.pepoch)
 		var flags byte
 		if s.newObs {
 			flags = 1
@@ -44,10 +60,19 @@ func (g *Guard) MarshalBinary() ([]byte, error) {
 		for _, c := range s.calls {
 			b = binary.LittleEndian.AppendUint64(b, c.id)
 			b = append(b, c.fp[:]...)
+			var cf byte
 			if c.observed {
-				b = append(b, 1)
-			} else {
-				b = append(b, 0)
+				cf |= callObserved
+			}
+			if !c.sk.IsZero() {
+				cf |= callSketched
+			}
+			b = append(b, cf)
+			if cf&callSketched != 0 {
+				b = binary.LittleEndian.AppendUint64(b, c.sk.key)
+				for _, m := range c.sk.mins {
+					b = binary.LittleEndian.AppendUint32(b, m)
+				}
 			}
 		}
 	}
@@ -104,10 +129,19 @@ func (r *stateReader) bytes(n int) []byte {
 // guard is left unchanged.
 func (g *Guard) UnmarshalBinary(data []byte) error {
 	r := &stateReader{b: data}
-	if string(r.bytes(len(stateMagic))) != stateMagic {
+	var v2 bool
+	switch string(r.bytes(len(stateMagic))) {
+	case stateMagic:
+		v2 = true
+	case stateMagicV1:
+	default:
 		return errors.New("loopguard: not a guard state")
 	}
 	seq, epoch, mark := r.uvarint(), r.uvarint(), r.uvarint()
+	var pepoch, smark uint64
+	if v2 {
+		pepoch, smark = r.uvarint(), r.uvarint()
+	}
 	nsteps := r.uvarint()
 	if r.err == nil && nsteps > maxStateSteps {
 		return fmt.Errorf("loopguard: state has %d steps, limit %d", nsteps, maxStateSteps)
@@ -116,6 +150,9 @@ func (g *Guard) UnmarshalBinary(data []byte) error {
 	var prevSeq uint64
 	for i := uint64(0); i < nsteps && r.err == nil; i++ {
 		s := stepRec{seq: r.uvarint(), step: int(r.varint()), epoch: r.uvarint()}
+		if v2 {
+			s.pepoch = r.uvarint()
+		}
 		flags := r.bytes(1)
 		ncalls := r.uvarint()
 		if r.err != nil {
@@ -124,7 +161,7 @@ func (g *Guard) UnmarshalBinary(data []byte) error {
 		if ncalls == 0 || ncalls > MaxCallsPerStep {
 			return fmt.Errorf("loopguard: step with %d calls", ncalls)
 		}
-		if (i > 0 && s.seq <= prevSeq) || s.seq >= seq || s.epoch > epoch {
+		if (i > 0 && s.seq <= prevSeq) || s.seq >= seq || s.epoch > epoch || s.pepoch > pepoch {
 			return errors.New("loopguard: inconsistent step order")
 		}
 		prevSeq = s.seq
@@ -136,8 +173,26 @@ func (g *Guard) UnmarshalBinary(data []byte) error {
 				c.id = binary.LittleEndian.Uint64(id)
 			}
 			copy(c.fp[:], r.bytes(len(c.fp)))
+			var cf byte
 			if o := r.bytes(1); o != nil {
-				c.observed = o[0] != 0
+				cf = o[0]
+			}
+			if !v2 {
+				cf = min(cf, callObserved) // version 1: an observed byte
+			}
+			c.observed = cf&callObserved != 0
+			if cf&callSketched != 0 {
+				if k := r.bytes(8); k != nil {
+					c.sk.key = binary.LittleEndian.Uint64(k)
+				}
+				for m := range c.sk.mins {
+					if v := r.bytes(4); v != nil {
+						c.sk.mins[m] = binary.LittleEndian.Uint32(v)
+					}
+				}
+				if c.sk.key == 0 && r.err == nil {
+					return errors.New("loopguard: sketch without a key")
+				}
 			}
 			if !c.observed {
 				s.pending++
@@ -162,7 +217,7 @@ func (g *Guard) UnmarshalBinary(data []byte) error {
 	// a guard is restored right after it is made, and a second ring was
 	// a third of what a restart allocated for the guard).
 	clear(g.ring)
-	ng := Guard{th: g.th, ring: g.ring, seq: seq, epoch: epoch, mark: mark}
+	ng := Guard{th: g.th, ring: g.ring, seq: seq, epoch: epoch, mark: mark, pepoch: pepoch, smark: smark}
 	if len(steps) > len(ng.ring) {
 		steps = steps[len(steps)-len(ng.ring):]
 	}

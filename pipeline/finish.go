@@ -327,8 +327,8 @@ func (p *Pipeline) toolStep(t *Turn, g *governance, resp *wire.Response, out Out
 	calls := make([]loopguard.Call, 0, len(resp.ToolCalls))
 	prints := make([]callPrints, 0, len(resp.ToolCalls))
 	for i, tc := range resp.ToolCalls {
-		fp, anyAgent := t.toolFingerprints(g, r.AgentID, i, tc)
-		calls = append(calls, loopguard.Call{ID: tc.ID, Tool: tc.Name, FP: fp})
+		fp, anyAgent, sk := t.toolFingerprints(g, r.AgentID, i, tc)
+		calls = append(calls, loopguard.Call{ID: tc.ID, Tool: tc.Name, FP: fp, Sketch: sk})
 		s := fp.String()
 		cp := callPrints{agent: s, anyAgent: s}
 		if anyAgent != fp {

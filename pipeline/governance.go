@@ -253,6 +253,8 @@ func newGuard(g *governance) *loopguard.Guard {
 	return loopguard.NewGuard(loopguard.Thresholds{
 		SameInRow: g.loop.SameInRow, Window: g.loop.Window, WindowRepeats: g.loop.WindowRepeats,
 		MaxCyclePeriod: g.loop.MaxCyclePeriod, StallSteps: g.loop.StallSteps,
+		SemanticRepeats: g.loop.SemanticRepeats, SemanticWindow: g.loop.SemanticWindow,
+		SemanticSimilarity: g.loop.SemanticSimilarity,
 	})
 }
 

@@ -223,13 +223,16 @@ func (t *Turn) observation(g *governance, tr wire.ToolResult) loopguard.Fingerpr
 // toolFingerprints are the fingerprints of the i-th tool call of a
 // response: the loop guard's (its agent's: computed, or during a replay
 // taken from the recording), and any agent's, which the tool routes find
-// the run by (computed; one canonical form of the arguments serves both).
-func (t *Turn) toolFingerprints(g *governance, agentID string, i int, tc wire.ToolCall) (fp, anyAgent loopguard.Fingerprint) {
+// the run by; and the sketch of its arguments for the semantic detector
+// (computed: one canonical form of the arguments serves all three; zero
+// during a replay of a recording that kept no arguments).
+func (t *Turn) toolFingerprints(g *governance, agentID string, i int, tc wire.ToolCall) (fp, anyAgent loopguard.Fingerprint, sk loopguard.Sketch) {
 	fp, ok := t.replayed().fingerprint(i)
 	if ok {
 		anyAgent = g.canon.Fingerprint("", tc.Name, tc.Arguments)
+		sk = g.canon.Sketch(agentID, tc.Name, tc.Arguments)
 	} else {
-		fp, anyAgent = g.canon.Fingerprints(agentID, tc.Name, tc.Arguments)
+		fp, anyAgent, sk = g.canon.CallPrints(agentID, tc.Name, tc.Arguments)
 	}
 	if g.rec != nil {
 		c := ToolCallRecord{ID: tc.ID, Name: tc.Name, Fingerprint: hex.EncodeToString(fp[:]), ArgBytes: len(tc.Arguments)}
@@ -239,7 +242,7 @@ func (t *Turn) toolFingerprints(g *governance, agentID string, i int, tc wire.To
 		rec := t.callRecord()
 		rec.ToolCalls = append(rec.ToolCalls, c)
 	}
-	return fp, anyAgent
+	return fp, anyAgent, sk
 }
 
 func (t *Turn) callRecord() *CallRecord {

@@ -68,16 +68,25 @@ func (p *Pipeline) terminate(r *runstate.Run, g *governance, term runstate.Termi
 }
 
 // loopVerdict turns a loop guard verdict into a termination line. The run
-// ends at the next admission check (or, on a response, right away).
+// ends at the next admission check (or, on a response, right away). The
+// semantic detector has a line of its own (policy.LineSemanticRepeat): a
+// shadow hit names that line, an enforced verdict ends the run with the
+// verdict's reason like any loop.
 func (p *Pipeline) loopVerdict(t *Turn, g *governance, v *loopguard.Verdict, now time.Time) {
 	r := t.run
 	r.Counters.LoopHits++
 	term := runstate.Termination{Reason: v.Reason, Detector: v.Detector, Step: int64(v.Step),
 		Evidence: v.Fingerprints, Detail: v.Detail}
-	mode := g.term.EnforcementOf(v.Reason)
+	line := v.Reason
+	if v.Detector == loopguard.DetectorSemantic {
+		line = policy.LineSemanticRepeat
+	}
+	mode := g.term.EnforcementOf(line)
 	p.obs.LoopDetection(v.Detector, mode)
 	if mode == policy.Shadow {
-		p.shadow(r, term, int64(v.Step), now)
+		hit := term
+		hit.Reason = line
+		p.shadow(r, hit, int64(v.Step), now)
 		return
 	}
 	if t.pendingEnd == nil {

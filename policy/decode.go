@@ -427,10 +427,15 @@ func decodeLoop(v ast.Value) (LoopThresholds, error) {
 		{"window_repeats", &l.WindowRepeats},
 		{"max_cycle_period", &l.MaxCyclePeriod},
 		{"stall_steps", &l.StallSteps},
+		{"semantic_repeats", &l.SemanticRepeats},
+		{"semantic_window", &l.SemanticWindow},
 	} {
 		if err := d.int(f.key, f.dst); err != nil {
 			return LoopThresholds{}, err
 		}
+	}
+	if err := d.fraction("semantic_similarity", &l.SemanticSimilarity); err != nil {
+		return LoopThresholds{}, err
 	}
 	keys, present, err := d.strings("volatile_keys")
 	if err != nil {

@@ -235,13 +235,14 @@ func TestLoop(t *testing.T) {
 	ctx := context.Background()
 	dataDir := writeDir(t, map[string]string{"data.json": `{"haltline": {"loops": {
 		"long_task_types": ["research"], "volatile_keys": ["x-amz-date"],
-		"task_types": {"strict": {"same_in_row": 2}}
+		"task_types": {"strict": {"same_in_row": 2, "semantic_similarity": 0.7}}
 	}}}`})
 	pkgDir := writeDir(t, map[string]string{"loop.rego": `package haltline.loop
 same_in_row := 4
 volatile_keys := ["only"]
 `})
-	long := LoopThresholds{SameInRow: 5, Window: 8, WindowRepeats: 5, MaxCyclePeriod: 3, StallSteps: 5, VolatileKeys: DefaultVolatileKeys()}
+	long := LoopThresholds{SameInRow: 5, Window: 8, WindowRepeats: 5, MaxCyclePeriod: 3, StallSteps: 5,
+		SemanticRepeats: 5, SemanticWindow: 8, SemanticSimilarity: 0.5, VolatileKeys: DefaultVolatileKeys()}
 	for _, tc := range []struct {
 		desc string
 		dir  string
@@ -258,7 +259,7 @@ volatile_keys := ["only"]
 		}},
 		{desc: "task type override", dir: dataDir, in: RunInput{Run: RunInfo{TaskType: "strict"}}, want: func() LoopThresholds {
 			l := DefaultLoopThresholds()
-			l.SameInRow = 2
+			l.SameInRow, l.SemanticSimilarity = 2, 0.7
 			l.VolatileKeys = append(l.VolatileKeys, "x-amz-date")
 			slices.Sort(l.VolatileKeys)
 			return l
@@ -332,6 +333,37 @@ mode := "explode" if input.principal.team == "red"
 				t.Fatal("unlisted line must be enforced")
 			}
 		})
+	}
+}
+
+// TestSemanticRepeatLine: the semantic detector's line is shadow unless
+// policy lists it, whatever else the termination answer says.
+func TestSemanticRepeatLine(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	got, err := defaultEngine().Termination(ctx, RunInput{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.EnforcementOf(LineSemanticRepeat) != Shadow || got.EnforcementOf("loop_detected") != Enforce {
+		t.Errorf("defaults: semantic_repeat %s, loop_detected %s", got.EnforcementOf(LineSemanticRepeat), got.EnforcementOf("loop_detected"))
+	}
+	dir := writeDir(t, map[string]string{"data.json": `{"haltline": {"terminations": {
+		"teams": {"red": {"enforcement": {"semantic_repeat": "enforce"}}}
+	}}}`})
+	e := newEngine(t, Options{Dir: dir})
+	for team, want := range map[string]string{"red": Enforce, "blue": Shadow} {
+		got, err := e.Termination(ctx, RunInput{Principal: Principal{Team: team}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.EnforcementOf(LineSemanticRepeat) != want {
+			t.Errorf("team %s: semantic_repeat %s, want %s", team, got.EnforcementOf(LineSemanticRepeat), want)
+		}
+	}
+	bad := writeDir(t, map[string]string{"data.json": `{"haltline": {"loops": {"defaults": {"semantic_similarity": 1.5}}}}`})
+	if _, err := New(ctx, Options{Dir: bad}); err == nil || !strings.Contains(err.Error(), "semantic_similarity") {
+		t.Errorf("similarity 1.5: err = %v", err)
 	}
 }
 

@@ -110,7 +110,7 @@ func (e *Engine) Loop(ctx context.Context, in RunInput) (LoopThresholds, error) 
 	}
 	if e.opts.DecisionLog != nil {
 		e.logDecisionFrom(s, start, qLoop, in, "", "", "", o, err, func() string {
-			return fmt.Sprintf("same_in_row=%d window=%d/%d cycle=%d stall=%d", t.SameInRow, t.Window, t.WindowRepeats, t.MaxCyclePeriod, t.StallSteps)
+			return fmt.Sprintf("same_in_row=%d window=%d/%d cycle=%d stall=%d semantic=%d/%d@%g", t.SameInRow, t.Window, t.WindowRepeats, t.MaxCyclePeriod, t.StallSteps, t.SemanticRepeats, t.SemanticWindow, t.SemanticSimilarity)
 		})
 	}
 	return t, err

@@ -143,7 +143,7 @@ var answerKeys = [numQuestions][]string{
 	qBudget:      {"limits"},
 	qModel:       {"deny", "max_output_tokens", "allowed"},
 	qTool:        {"decision"},
-	qLoop:        {"same_in_row", "window", "window_repeats", "max_cycle_period", "stall_steps", "volatile_keys"},
+	qLoop:        {"same_in_row", "window", "window_repeats", "max_cycle_period", "stall_steps", "semantic_repeats", "semantic_window", "semantic_similarity", "volatile_keys"},
 	qTermination: {"mode", "enforcement"},
 	qRecording:   recordingKeys,
 }

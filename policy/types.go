@@ -219,6 +219,13 @@ type LoopThresholds struct {
 	WindowRepeats  int
 	MaxCyclePeriod int
 	StallSteps     int
+	// SemanticRepeats calls of one tool in the last SemanticWindow steps
+	// whose argument words are pairwise similar at SemanticSimilarity or
+	// more (estimated Jaccard, in (0, 1]), with nothing new observed in
+	// between; 0 in either turns the semantic detector off.
+	SemanticRepeats    int
+	SemanticWindow     int
+	SemanticSimilarity float64
 	// VolatileKeys are argument keys removed before fingerprinting, sorted.
 	VolatileKeys []string
 }
@@ -231,7 +238,12 @@ func DefaultLoopThresholds() LoopThresholds {
 		WindowRepeats:  3,
 		MaxCyclePeriod: 3,
 		StallSteps:     3,
-		VolatileKeys:   DefaultVolatileKeys(),
+		// The semantic detector reports on its own line,
+		// LineSemanticRepeat, in shadow mode unless policy says otherwise.
+		SemanticRepeats:    3,
+		SemanticWindow:     6,
+		SemanticSimilarity: 0.5,
+		VolatileKeys:       DefaultVolatileKeys(),
 	}
 }
 
@@ -258,18 +270,33 @@ const (
 	Shadow  = "shadow"
 )
 
+// LineSemanticRepeat is the enforcement line of the loop guard's semantic
+// detector (near-duplicate arguments with nothing new observed). Its
+// verdicts end a run with reason loop_detected, like the other loop
+// detectors', but it has a line of its own because it is measured before it
+// bites: it runs in shadow mode unless policy lists it.
+const LineSemanticRepeat = "semantic_repeat"
+
 // TerminationAnswer says how a run ends and which lines only observe.
 type TerminationAnswer struct {
 	Mode string
-	// Enforcement maps a line (termination reason) to Enforce or Shadow; a
-	// line not listed is enforced.
+	// Enforcement maps a line (termination reason, or LineSemanticRepeat)
+	// to Enforce or Shadow; a line not listed is enforced, except
+	// LineSemanticRepeat.
 	Enforcement map[string]string
 }
 
-// EnforcementOf returns the mode of one line, Enforce unless listed.
+// EnforcementOf returns the mode of one line: as listed, otherwise Enforce
+// (Shadow for LineSemanticRepeat). The exception lives here rather than in
+// the embedded Rego so that a policy directory with its own
+// haltline.termination does not turn the semantic detector on by leaving
+// it out.
 func (a TerminationAnswer) EnforcementOf(line string) string {
 	if m, ok := a.Enforcement[line]; ok {
 		return m
+	}
+	if line == LineSemanticRepeat {
+		return Shadow
 	}
 	return Enforce
 }

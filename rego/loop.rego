@@ -2,8 +2,15 @@
 # run, asked once when the run starts (DESIGN §6, §8).
 #
 # Answers: same_in_row, window, window_repeats, max_cycle_period,
-# stall_steps, volatile_keys (set of argument keys dropped before
-# fingerprinting).
+# stall_steps, semantic_repeats, semantic_window, semantic_similarity,
+# volatile_keys (set of argument keys dropped before fingerprinting).
+#
+# The semantic detector (semantic_*) reports semantic_repeats calls of one
+# tool within the last semantic_window steps whose argument words are
+# pairwise similar at semantic_similarity or more (an estimated Jaccard
+# similarity in (0, 1]) with nothing new observed in between; 0 repeats
+# turns it off. Its enforcement line is semantic_repeat (haltline.termination),
+# in shadow mode unless listed there.
 #
 # Data (all optional):
 #   data.haltline.loops.long_task_types   task types that use the long thresholds
@@ -27,6 +34,9 @@ short_thresholds := {
 	"window_repeats": 3,
 	"max_cycle_period": 3,
 	"stall_steps": 3,
+	"semantic_repeats": 3,
+	"semantic_window": 6,
+	"semantic_similarity": 0.5,
 }
 
 # Long tasks (more than 100 expected steps) legitimately repeat more, so
@@ -38,6 +48,9 @@ long_thresholds := {
 	"window_repeats": 5,
 	"max_cycle_period": 3,
 	"stall_steps": 5,
+	"semantic_repeats": 5,
+	"semantic_window": 8,
+	"semantic_similarity": 0.5,
 }
 
 long if _task_type in object.get(_loop, "long_task_types", [])
@@ -61,6 +74,12 @@ window_repeats := thresholds.window_repeats
 max_cycle_period := thresholds.max_cycle_period
 
 stall_steps := thresholds.stall_steps
+
+semantic_repeats := thresholds.semantic_repeats
+
+semantic_window := thresholds.semantic_window
+
+semantic_similarity := thresholds.semantic_similarity
 
 # Keys whose values change on every call without meaning a new action.
 default_volatile_keys := {

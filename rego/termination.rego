@@ -3,9 +3,13 @@
 # Answers:
 #   mode         "finalize" (a well-formed final answer) or "reject" (an
 #                error in the provider's format)
-#   enforcement  line → "enforce" | "shadow"; a line not listed is enforced.
+#   enforcement  line → "enforce" | "shadow"; a line not listed is enforced,
+#                except semantic_repeat, which is shadow unless listed.
 #                Lines are the termination reasons: max_steps, deadline,
-#                token_budget, cost_budget, tool_quota, loop_detected, stalled.
+#                token_budget, cost_budget, tool_quota, loop_detected, stalled;
+#                and semantic_repeat, the loop guard's semantic detector
+#                (its verdicts end a run as loop_detected, detector
+#                "semantic").
 #
 # Data (all optional), the more specific winning:
 #   data.haltline.terminations.{mode, enforcement}
