@@ -257,7 +257,7 @@ func TestStreamedEndCarriesTerminationUpFront(t *testing.T) {
 			// The next call on the ended run is the gateway's own answer.
 			check("ended run", send("r-wrap", "max_steps=1"), runstate.CompletedWithDegradation, runstate.ReasonMaxSteps)
 			// No room even for a wrap-up: the gateway answers itself at once.
-			check("no room", send("r-tiny", "max_tokens=100"), runstate.Terminated, runstate.ReasonTokenBudget)
+			check("no room", send("r-tiny", "max_tokens=10"), runstate.Terminated, runstate.ReasonTokenBudget)
 			if n := len(up.requests()); n != 1 {
 				t.Fatalf("upstream saw %d calls", n)
 			}
