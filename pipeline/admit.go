@@ -576,7 +576,7 @@ func (p *Pipeline) forward(ctx context.Context, t *Turn, g *governance, now time
 			capOut = t.reserved.OutputTokens
 		}
 		t.UpstreamBody, err = t.codec.PrepareUpstream(body, &t.Req, capOut)
-		if err == nil && t.cutHeld && t.Call.ReadsBack && t.Call.readRound < g.limits.ToolOutput.Rounds() {
+		if err == nil && p.offersReadTool(t, g) {
 			t.UpstreamBody, t.readOffer = offerReadTool(t.codec, t.UpstreamBody)
 		}
 	}

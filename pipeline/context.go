@@ -31,6 +31,11 @@ func (p *Pipeline) rewriteContext(ctx context.Context, t *Turn, g *governance, n
 		tighten = err == nil && line != ""
 	}
 	wm := contextmgr.Watermark(t.price.ContextWindow, contextmgr.Params{Tighten: tighten})
+	if p.offersReadTool(t, g) {
+		// The read tool goes in after the rewrite (forward): its room is
+		// kept under the watermark now.
+		wm -= readToolAllowance
+	}
 	if !p.overWatermark(t, g, body, wm) {
 		return body
 	}

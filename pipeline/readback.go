@@ -156,6 +156,19 @@ func (p *Pipeline) ReadBack(ctx context.Context, t *Turn) *Turn {
 
 var errNoRounds = errors.New("the API takes no tool round of the gateway's")
 
+// offersReadTool reports whether the turn's forwarded request offers the
+// read tool: it holds cut output, its front end runs the rounds, and the
+// policy's rounds are not used up.
+func (p *Pipeline) offersReadTool(t *Turn, g *governance) bool {
+	return t.cutHeld && t.Call.ReadsBack && t.Call.readRound < g.limits.ToolOutput.Rounds()
+}
+
+// readToolAllowance is the room, in estimated tokens, the read tool's
+// definition takes in a request (its name, description and schema: some
+// 600 characters, and a provider's per-tool framing), kept under the
+// watermark for it.
+const readToolAllowance = 256
+
 // offerReadTool adds the read tool to body, a request to forward; ok is
 // false when the codec cannot.
 func offerReadTool(c wire.Codec, body []byte) (out []byte, ok bool) {
