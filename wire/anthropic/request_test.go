@@ -130,9 +130,11 @@ func TestParseRequest(t *testing.T) {
 }
 
 // equalRequest compares what ParseRequest reads; the layout is the codec's
-// own note for PrepareUpstream, checked by the tests of the edits.
+// own note for PrepareUpstream, checked by the tests of the edits, and the
+// tools are read by TestPrepareUpstreamSerialTools.
 func equalRequest(a, b wire.Request) bool {
 	a.Layout, b.Layout = wire.Layout{}, wire.Layout{}
+	a.Tools, b.Tools = "", ""
 	return reflect.DeepEqual(a, b)
 }
 
@@ -423,5 +425,48 @@ func TestParseRequestValidatesLimits(t *testing.T) {
 		if _, err := (Messages{}).ParseRequest(b); !errors.Is(err, wire.ErrTooDeep) {
 			t.Fatalf("deep %s: err = %v, want wire.ErrTooDeep", desc, err)
 		}
+	}
+}
+
+func TestPrepareUpstreamSerialTools(t *testing.T) {
+	t.Parallel()
+	tools := `"tools":[{"name":"delete_file","input_schema":{"type":"object"}}]`
+	tests := []struct {
+		desc, body, want string // want "" = the body itself, unchanged
+	}{
+		{"no tool_choice", `{"model":"m","max_tokens":10,"messages":[],` + tools + `}`,
+			`{"model":"m","max_tokens":10,"messages":[],` + tools + `,"tool_choice":{"type":"auto","disable_parallel_tool_use":true}}`},
+		{"type kept", `{"model":"m","max_tokens":10,"messages":[],` + tools + `,"tool_choice":{"type":"any"}}`,
+			`{"model":"m","max_tokens":10,"messages":[],` + tools + `,"tool_choice":{"type":"any","disable_parallel_tool_use":true}}`},
+		{"already disabled", `{"model":"m","max_tokens":10,"messages":[],` + tools + `,"tool_choice":{"type":"auto","disable_parallel_tool_use":true}}`, ""},
+		{"none", `{"model":"m","max_tokens":10,"messages":[],` + tools + `,"tool_choice":{"type":"none"}}`, ""},
+		{"no tools", `{"model":"m","max_tokens":10,"messages":[]}`, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			t.Parallel()
+			body := []byte(tc.body)
+			req, err := Messages{}.ParseRequest(body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.SerialTools = true
+			got, err := Messages{}.PrepareUpstream(body, &req, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.want == "" {
+				if &got[0] != &body[0] || len(got) != len(body) {
+					t.Errorf("got a new body %s, want the same slice", got)
+				}
+				return
+			}
+			if string(got) != tc.want {
+				t.Errorf("got  %s\nwant %s", got, tc.want)
+			}
+			if names := req.ToolNames(); len(names) != 1 || names[0] != "delete_file" {
+				t.Errorf("tool names %q", names)
+			}
+		})
 	}
 }

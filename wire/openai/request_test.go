@@ -539,3 +539,68 @@ func TestParseRequestValidatesLimits(t *testing.T) {
 		t.Fatalf("deep message content: err = %v, want wire.ErrTooDeep", err)
 	}
 }
+
+func TestPrepareUpstreamSerialTools(t *testing.T) {
+	t.Parallel()
+	tools := `"tools":[{"type":"function","function":{"name":"delete_file","parameters":{}}}]`
+	tests := []struct {
+		desc  string
+		codec wire.Codec
+		body  string
+		want  string // "" = the body itself, unchanged
+	}{
+		{"chat set", Chat{}, `{"model":"m","messages":[],` + tools + `}`,
+			`{"model":"m","messages":[],` + tools + `,"parallel_tool_calls":false}`},
+		{"chat true replaced", Chat{}, `{"model":"m","messages":[],` + tools + `,"parallel_tool_calls":true}`,
+			`{"model":"m","messages":[],` + tools + `,"parallel_tool_calls":false}`},
+		{"chat already false", Chat{}, `{"model":"m","messages":[],` + tools + `,"parallel_tool_calls":false}`, ""},
+		{"chat no tools", Chat{}, `{"model":"m","messages":[]}`, ""},
+		{"responses set", Responses{}, `{"model":"m","input":"x","tools":[{"type":"function","name":"delete_file"}]}`,
+			`{"model":"m","input":"x","tools":[{"type":"function","name":"delete_file"}],"parallel_tool_calls":false}`},
+		{"responses already false", Responses{}, `{"model":"m","input":"x","parallel_tool_calls":false,"tools":[{"type":"function","name":"d"}]}`, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			t.Parallel()
+			body := []byte(tc.body)
+			req, err := tc.codec.ParseRequest(body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.SerialTools = true
+			got, err := tc.codec.PrepareUpstream(body, &req, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.want == "" {
+				if &got[0] != &body[0] || len(got) != len(body) {
+					t.Errorf("got a new body %s, want the same slice", got)
+				}
+				return
+			}
+			if string(got) != tc.want {
+				t.Errorf("got  %s\nwant %s", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestToolNames(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		codec wire.Codec
+		body  string
+		want  string
+	}{
+		{Chat{}, `{"model":"m","messages":[],"tools":[{"type":"function","function":{"name":"a"}},{"type":"function","function":{"name":"b"}}]}`, "a,b"},
+		{Responses{}, `{"model":"m","input":"x","tools":[{"type":"function","name":"a"},{"type":"web_search"}]}`, "a,web_search"},
+	} {
+		req, err := tc.codec.ParseRequest([]byte(tc.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Join(req.ToolNames(), ","); got != tc.want {
+			t.Errorf("%s: tool names %q, want %q", tc.codec.API(), got, tc.want)
+		}
+	}
+}
