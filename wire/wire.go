@@ -95,7 +95,7 @@ type Request struct {
 	// the model must ask for one tool call at a time because a tool on
 	// offer has a side effect (DESIGN §6 levels L1, L2).
 	SerialTools bool
-	BodyBytes       int   // size of the request body, the input estimate's basis
+	BodyBytes   int // size of the request body, the input estimate's basis
 
 	// PreviousResponseID is the Responses API's continuation handle.
 	PreviousResponseID string
