@@ -207,3 +207,103 @@ func TestSideEffectsToolRouteSerial(t *testing.T) {
 		t.Errorf("L1 calls executed in order %s", got)
 	}
 }
+
+// Tool results that arrive out of order reach the upstream in the order of
+// the calls they answer, in each API; nothing else moves.
+func TestSideEffectsResultsInCallOrder(t *testing.T) {
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request, body []byte) {
+		switch r.URL.Path {
+		case "/v1/messages":
+			anthropicAnswer(w, false, 1, true, "done", "", 10, 2)
+		case "/v1/responses":
+			responsesAnswer(w, false, 1, true, "done", "", 10, 2)
+		default:
+			openaiAnswer(w, false, false, 1, true, "done", "", 10, 2)
+		}
+	})
+	g := seGateway(t, up.URL, "http://127.0.0.1:1")
+	oc, ac := openaiClient(g), anthropicClient(g)
+	ctx := t.Context()
+	fn := func(id string) openai.ChatCompletionMessageToolCallUnionParam {
+		return openai.ChatCompletionMessageToolCallUnionParam{OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
+			ID: id, Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{Name: "search", Arguments: `{"q":"` + id + `"}`}}}
+	}
+	_, err := oc.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
+		Model: "gpt-4o-mini",
+		Messages: []openai.ChatCompletionMessageParamUnion{
+			openai.UserMessage("look up three things"),
+			{OfAssistant: &openai.ChatCompletionAssistantMessageParam{ToolCalls: []openai.ChatCompletionMessageToolCallUnionParam{
+				fn("call_a"), fn("call_b"), fn("call_c")}}},
+			openai.ToolMessage("result c", "call_c"),
+			openai.ToolMessage("result a", "call_a"),
+			openai.ToolMessage("result b", "call_b"),
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := func(id string) responses.ResponseInputItemUnionParam {
+		o := responses.ResponseInputItemParamOfFunctionCallOutput("result " + id)
+		o.OfFunctionCallOutput.CallID = openai.String(id)
+		return o
+	}
+	_, err = oc.Responses.New(ctx, responses.ResponseNewParams{
+		Model: "gpt-4o-mini",
+		Input: responses.ResponseNewParamsInputUnion{OfInputItemList: responses.ResponseInputParam{
+			responses.ResponseInputItemParamOfMessage("look up three things", responses.EasyInputMessageRoleUser),
+			responses.ResponseInputItemParamOfFunctionCall(`{"q":"a"}`, "call_a", "search"),
+			responses.ResponseInputItemParamOfFunctionCall(`{"q":"b"}`, "call_b", "search"),
+			responses.ResponseInputItemParamOfFunctionCall(`{"q":"c"}`, "call_c", "search"),
+			out("call_b"), out("call_c"), out("call_a"),
+		}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = ac.Messages.New(ctx, anthropic.MessageNewParams{
+		Model: "claude-haiku-4-5", MaxTokens: 100,
+		Messages: []anthropic.MessageParam{
+			anthropic.NewUserMessage(anthropic.NewTextBlock("look up three things")),
+			anthropic.NewAssistantMessage(anthropic.NewToolUseBlock("toolu_a", map[string]any{"q": "a"}, "search"),
+				anthropic.NewToolUseBlock("toolu_b", map[string]any{"q": "b"}, "search"),
+				anthropic.NewToolUseBlock("toolu_c", map[string]any{"q": "c"}, "search")),
+			anthropic.NewUserMessage(anthropic.NewToolResultBlock("toolu_c", "result c", false),
+				anthropic.NewToolResultBlock("toolu_b", "result b", false),
+				anthropic.NewToolResultBlock("toolu_a", "result a", false)),
+		},
+		Tools: []anthropic.ToolUnionParam{{OfTool: &anthropic.ToolParam{Name: "search",
+			InputSchema: anthropic.ToolInputSchemaParam{Properties: map[string]any{}}}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs := up.requests()
+	if len(reqs) != 3 {
+		t.Fatalf("%d upstream requests, want 3", len(reqs))
+	}
+	for _, r := range reqs {
+		body := string(r.Body)
+		var ids []string
+		switch r.Path {
+		case "/v1/chat/completions":
+			for _, m := range gjson.Get(body, "messages.#(role==\"tool\")#.tool_call_id").Array() {
+				ids = append(ids, m.Str)
+			}
+		case "/v1/responses":
+			for _, m := range gjson.Get(body, "input.#(type==\"function_call_output\")#.call_id").Array() {
+				ids = append(ids, m.Str)
+			}
+		case "/v1/messages":
+			for _, m := range gjson.Get(body, "messages.2.content.#.tool_use_id").Array() {
+				ids = append(ids, m.Str)
+			}
+		}
+		want := "call_a,call_b,call_c"
+		if r.Path == "/v1/messages" {
+			want = "toolu_a,toolu_b,toolu_c"
+		}
+		if got := strings.Join(ids, ","); got != want {
+			t.Errorf("%s: results forwarded in the order %s: %s", r.Path, got, body)
+		}
+	}
+}
