@@ -95,9 +95,11 @@ func TestShadowModeRecordsWhatEnforceDoes(t *testing.T) {
 			// No gateway at all.
 			upD := newUpstream(t, tc.model())
 			shadowAgent(t, upD.URL, tc.budget, tc.result, agentCap)
-			// Shadow.
+			// Shadow; the agent's tool is not in the registry (a side
+			// effect by default), and parallel calls stay allowed, so that
+			// the gateway changes nothing.
 			upS := newUpstream(t, tc.model())
-			gS := startGateway(t, upS.URL, withPolicy(policyDir(t, `{"haltline":{"terminations":{"enforcement":{
+			gS := startGateway(t, upS.URL, withPolicy(policyDir(t, `{"haltline":{"budgets":{"defaults":{"parallel_side_effects":true}},"terminations":{"enforcement":{
 				"max_steps":"shadow","token_budget":"shadow","cost_budget":"shadow","loop_detected":"shadow","stalled":"shadow","deadline":"shadow"}}}}`)))
 			idS, _ := shadowAgent(t, gwURL(gS), tc.budget, tc.result, agentCap)
 			direct, shadowed := upD.requests(), upS.requests()
