@@ -30,19 +30,22 @@ func seGateway(t *testing.T, modelURL, toolURL string) *appGateway {
 	})
 }
 
+// seModel answers every API with a final text.
+func seModel(w http.ResponseWriter, r *http.Request, _ []byte) {
+	switch r.URL.Path {
+	case "/v1/messages":
+		anthropicAnswer(w, false, 1, true, "done", "", 10, 2)
+	case "/v1/responses":
+		responsesAnswer(w, false, 1, true, "done", "", 10, 2)
+	default:
+		openaiAnswer(w, false, false, 1, true, "done", "", 10, 2)
+	}
+}
+
 // An L2 tool on offer reaches the upstream with parallel tool calls
 // disabled, in each API; a request offering only L0 tools goes unchanged.
 func TestSideEffectsSerialToolsRequested(t *testing.T) {
-	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request, body []byte) {
-		switch r.URL.Path {
-		case "/v1/messages":
-			anthropicAnswer(w, false, 1, true, "done", "", 10, 2)
-		case "/v1/responses":
-			responsesAnswer(w, false, 1, true, "done", "", 10, 2)
-		default:
-			openaiAnswer(w, false, false, 1, true, "done", "", 10, 2)
-		}
-	})
+	up := newUpstream(t, seModel)
 	g := seGateway(t, up.URL, "http://127.0.0.1:1")
 	oc, ac := openaiClient(g), anthropicClient(g)
 	ctx := t.Context()
@@ -211,16 +214,7 @@ func TestSideEffectsToolRouteSerial(t *testing.T) {
 // Tool results that arrive out of order reach the upstream in the order of
 // the calls they answer, in each API; nothing else moves.
 func TestSideEffectsResultsInCallOrder(t *testing.T) {
-	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request, body []byte) {
-		switch r.URL.Path {
-		case "/v1/messages":
-			anthropicAnswer(w, false, 1, true, "done", "", 10, 2)
-		case "/v1/responses":
-			responsesAnswer(w, false, 1, true, "done", "", 10, 2)
-		default:
-			openaiAnswer(w, false, false, 1, true, "done", "", 10, 2)
-		}
-	})
+	up := newUpstream(t, seModel)
 	g := seGateway(t, up.URL, "http://127.0.0.1:1")
 	oc, ac := openaiClient(g), anthropicClient(g)
 	ctx := t.Context()

@@ -180,6 +180,8 @@ func TestParseRequestCopiesStrings(t *testing.T) {
 	}
 }
 
+const toolDefs = `"tools":[{"name":"delete_file","input_schema":{"type":"object"}}]`
+
 func TestPrepareUpstream(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -187,24 +189,43 @@ func TestPrepareUpstream(t *testing.T) {
 		body      string
 		maxOutput int64
 		want      string // "" when the body must come back as the same slice
+		serial    bool   // the pipeline asks for one tool call at a time
 	}{
-		{"no cap", `{"model":"m","max_tokens":9000,"messages":[]}`, 0, ""},
-		{"already below", `{"model":"m","max_tokens":100,"messages":[]}`, 500, ""},
-		{"equal", `{"model":"m","max_tokens":500,"messages":[]}`, 500, ""},
-		{"lowered", `{"model":"m","max_tokens":9000,"messages":[]}`, 500, `{"model":"m","max_tokens":500,"messages":[]}`},
-		{"set when missing", `{"model":"m","messages":[]}`, 500, `{"model":"m","messages":[],"max_tokens":500}`},
+		{"no cap", `{"model":"m","max_tokens":9000,"messages":[]}`, 0, "", false},
+		{"already below", `{"model":"m","max_tokens":100,"messages":[]}`, 500, "", false},
+		{"equal", `{"model":"m","max_tokens":500,"messages":[]}`, 500, "", false},
+		{"lowered", `{"model":"m","max_tokens":9000,"messages":[]}`, 500, `{"model":"m","max_tokens":500,"messages":[]}`, false},
+		{"set when missing", `{"model":"m","messages":[]}`, 500, `{"model":"m","messages":[],"max_tokens":500}`, false},
 		{"thinking budget halved", `{"model":"m","max_tokens":9000,"thinking":{"type":"enabled","budget_tokens":8000},"messages":[]}`, 4000,
-			`{"model":"m","max_tokens":4000,"thinking":{"type":"enabled","budget_tokens":2000},"messages":[]}`},
+			`{"model":"m","max_tokens":4000,"thinking":{"type":"enabled","budget_tokens":2000},"messages":[]}`, false},
 		{"thinking dropped below its minimum", `{"model":"m","max_tokens":9000,"thinking":{"type":"enabled","budget_tokens":8000},"messages":[]}`, 1500,
-			`{"model":"m","max_tokens":1500,"messages":[]}`},
+			`{"model":"m","max_tokens":1500,"messages":[]}`, false},
 		{"thinking budget already fits", `{"model":"m","max_tokens":9000,"thinking":{"type":"enabled","budget_tokens":1024},"messages":[]}`, 4000,
-			`{"model":"m","max_tokens":4000,"thinking":{"type":"enabled","budget_tokens":1024},"messages":[]}`},
+			`{"model":"m","max_tokens":4000,"thinking":{"type":"enabled","budget_tokens":1024},"messages":[]}`, false},
+		{"serial without tool_choice", `{"model":"m","max_tokens":10,"messages":[],` + toolDefs + `}`, 0,
+			`{"model":"m","max_tokens":10,"messages":[],` + toolDefs + `,"tool_choice":{"type":"auto","disable_parallel_tool_use":true}}`, true},
+		{"serial keeps the choice's type", `{"model":"m","max_tokens":10,"messages":[],` + toolDefs + `,"tool_choice":{"type":"any"}}`, 0,
+			`{"model":"m","max_tokens":10,"messages":[],` + toolDefs + `,"tool_choice":{"type":"any","disable_parallel_tool_use":true}}`, true},
+		{"serial already", `{"model":"m","max_tokens":10,"messages":[],` + toolDefs + `,"tool_choice":{"type":"auto","disable_parallel_tool_use":true}}`, 0, "", true},
+		{"serial with choice none", `{"model":"m","max_tokens":10,"messages":[],` + toolDefs + `,"tool_choice":{"type":"none"}}`, 0, "", true},
+		{"serial without tools", `{"model":"m","max_tokens":10,"messages":[]}`, 0, "", true},
+		{"serial and capped", `{"model":"m","max_tokens":9000,"messages":[],` + toolDefs + `}`, 500,
+			`{"model":"m","max_tokens":500,"messages":[],` + toolDefs + `,"tool_choice":{"type":"auto","disable_parallel_tool_use":true}}`, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {
 			t.Parallel()
 			body := []byte(tc.body)
-			got, err := Messages{}.PrepareUpstream(body, nil, tc.maxOutput)
+			var req *wire.Request
+			if tc.serial {
+				r, err := Messages{}.ParseRequest(body)
+				if err != nil {
+					t.Fatal(err)
+				}
+				r.SerialTools = true
+				req = &r
+			}
+			got, err := Messages{}.PrepareUpstream(body, req, tc.maxOutput)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -425,48 +446,5 @@ func TestParseRequestValidatesLimits(t *testing.T) {
 		if _, err := (Messages{}).ParseRequest(b); !errors.Is(err, wire.ErrTooDeep) {
 			t.Fatalf("deep %s: err = %v, want wire.ErrTooDeep", desc, err)
 		}
-	}
-}
-
-func TestPrepareUpstreamSerialTools(t *testing.T) {
-	t.Parallel()
-	tools := `"tools":[{"name":"delete_file","input_schema":{"type":"object"}}]`
-	tests := []struct {
-		desc, body, want string // want "" = the body itself, unchanged
-	}{
-		{"no tool_choice", `{"model":"m","max_tokens":10,"messages":[],` + tools + `}`,
-			`{"model":"m","max_tokens":10,"messages":[],` + tools + `,"tool_choice":{"type":"auto","disable_parallel_tool_use":true}}`},
-		{"type kept", `{"model":"m","max_tokens":10,"messages":[],` + tools + `,"tool_choice":{"type":"any"}}`,
-			`{"model":"m","max_tokens":10,"messages":[],` + tools + `,"tool_choice":{"type":"any","disable_parallel_tool_use":true}}`},
-		{"already disabled", `{"model":"m","max_tokens":10,"messages":[],` + tools + `,"tool_choice":{"type":"auto","disable_parallel_tool_use":true}}`, ""},
-		{"none", `{"model":"m","max_tokens":10,"messages":[],` + tools + `,"tool_choice":{"type":"none"}}`, ""},
-		{"no tools", `{"model":"m","max_tokens":10,"messages":[]}`, ""},
-	}
-	for _, tc := range tests {
-		t.Run(tc.desc, func(t *testing.T) {
-			t.Parallel()
-			body := []byte(tc.body)
-			req, err := Messages{}.ParseRequest(body)
-			if err != nil {
-				t.Fatal(err)
-			}
-			req.SerialTools = true
-			got, err := Messages{}.PrepareUpstream(body, &req, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if tc.want == "" {
-				if &got[0] != &body[0] || len(got) != len(body) {
-					t.Errorf("got a new body %s, want the same slice", got)
-				}
-				return
-			}
-			if string(got) != tc.want {
-				t.Errorf("got  %s\nwant %s", got, tc.want)
-			}
-			if names := req.ToolNames(); len(names) != 1 || names[0] != "delete_file" {
-				t.Errorf("tool names %q", names)
-			}
-		})
 	}
 }
