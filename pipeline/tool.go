@@ -151,10 +151,17 @@ func (tt *ToolTurn) Level() string { return tt.level }
 func (p *Pipeline) BeginTool(ctx context.Context, call *ToolCall) *ToolTurn {
 	tt := p.beginTool(ctx, call)
 	if tt.Answer == nil && tt.wait != nil {
+		start := p.now()
 		select {
 		case <-tt.wait:
 		case <-tt.Ctx.Done():
 		case <-ctx.Done():
+		}
+		if tt.DeadlineMs > 0 {
+			// The run's clock ran while the call waited its turn.
+			left := time.Duration(tt.DeadlineMs)*time.Millisecond - p.now().Sub(start)
+			tt.Timeout = max(min(tt.Timeout, left), time.Nanosecond)
+			tt.DeadlineMs = max(left.Milliseconds(), 1)
 		}
 	}
 	return tt
