@@ -95,9 +95,11 @@ func TestShadowModeRecordsWhatEnforceDoes(t *testing.T) {
 			// No gateway at all.
 			upD := newUpstream(t, tc.model())
 			shadowAgent(t, upD.URL, tc.budget, tc.result, agentCap)
-			// Shadow.
+			// Shadow; the agent's tool is not in the registry (a side
+			// effect by default), and parallel calls stay allowed, so that
+			// the gateway changes nothing.
 			upS := newUpstream(t, tc.model())
-			gS := startGateway(t, upS.URL, withPolicy(policyDir(t, `{"haltline":{"terminations":{"enforcement":{
+			gS := startGateway(t, upS.URL, withPolicy(policyDir(t, `{"haltline":{"budgets":{"defaults":{"parallel_side_effects":true}},"terminations":{"enforcement":{
 				"max_steps":"shadow","token_budget":"shadow","cost_budget":"shadow","loop_detected":"shadow","stalled":"shadow","deadline":"shadow"}}}}`)))
 			idS, _ := shadowAgent(t, gwURL(gS), tc.budget, tc.result, agentCap)
 			direct, shadowed := upD.requests(), upS.requests()
@@ -154,7 +156,10 @@ func TestShadowSemanticRepeatByDefault(t *testing.T) {
 	_, stepsD := shadowAgent(t, upD.URL, "max_steps=50", noResults, agentCap)
 
 	upS := newUpstream(t, rephrasingModel)
-	gS := startGateway(t, upS.URL)
+	// No termination policy at all; parallel calls of the agent's
+	// unregistered (so L1) tool are left as the agent asked, so that the
+	// forwarded bytes are the agent's.
+	gS := startGateway(t, upS.URL, withPolicy(policyDir(t, `{"haltline":{"budgets":{"defaults":{"parallel_side_effects":true}}}}`)))
 	idS, stepsS := shadowAgent(t, gwURL(gS), "max_steps=50", noResults, agentCap)
 	direct, shadowed := upD.requests(), upS.requests()
 	if stepsS != stepsD || len(direct) != len(shadowed) {

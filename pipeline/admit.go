@@ -575,6 +575,7 @@ func (p *Pipeline) forward(ctx context.Context, t *Turn, g *governance, now time
 		if g.budgeted && (t.Req.MaxOutputTokens == 0 || t.Req.MaxOutputTokens > t.reserved.OutputTokens) {
 			capOut = t.reserved.OutputTokens
 		}
+		t.Req.SerialTools = p.serialTools(ctx, t, g, now)
 		t.UpstreamBody, err = t.codec.PrepareUpstream(body, &t.Req, capOut)
 		if err == nil && p.offersReadTool(t, g) {
 			t.UpstreamBody, t.readOffer = offerReadTool(t.codec, t.UpstreamBody)

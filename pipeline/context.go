@@ -8,11 +8,25 @@ import (
 	"github.com/haltline/haltline/contextmgr"
 	"github.com/haltline/haltline/policy"
 	"github.com/haltline/haltline/runstate"
+	"github.com/haltline/haltline/wire"
 )
 
 // LineContext is the enforcement line of context rewriting: in shadow mode
 // the rewrite is computed and recorded, and the request goes out as sent.
 const LineContext = "context_rewrite"
+
+// orderResults returns the request with its tool results in the order of
+// the calls they answer (wire.OrderToolResults): a stable context to replay
+// whatever order the tools finished in. The common request pays only the
+// check of its last turn against the calls it answers.
+func orderResults(t *Turn, g *governance) []byte {
+	if !g.ordersResults && !t.Req.ResultsOutOfOrder() {
+		return t.Call.Body
+	}
+	g.ordersResults = true
+	body, _ := wire.OrderToolResults(t.Req.API, t.Call.Body)
+	return body
+}
 
 // rewriteContext keeps the forwarded request under the run's watermark of
 // the model's window (DESIGN §1 rewrite stage): a request that fits goes out
@@ -21,7 +35,7 @@ const LineContext = "context_rewrite"
 // and reuses the run's compressed prefix between compressions. The caller
 // holds the run's lock.
 func (p *Pipeline) rewriteContext(ctx context.Context, t *Turn, g *governance, now time.Time) []byte {
-	body := p.cutToolOutput(t, g, now)
+	body := p.cutToolOutput(t, g, orderResults(t, g), now)
 	if p.opts.Context == nil || !t.priced || t.price.ContextWindow <= 0 {
 		return body
 	}
@@ -115,8 +129,7 @@ func (p *Pipeline) rewriter(t *Turn, g *governance, now time.Time) (rw contextmg
 // every call of the run, into the same text each time. A tool output is
 // named in the run's events the first time it is cut. The caller holds
 // the run's lock.
-func (p *Pipeline) cutToolOutput(t *Turn, g *governance, now time.Time) []byte {
-	body := t.Call.Body
+func (p *Pipeline) cutToolOutput(t *Turn, g *governance, body []byte, now time.Time) []byte {
 	to := g.limits.ToolOutput
 	if p.opts.Context == nil || (to.Whole && len(to.WholeTools) == 0) || !contextmgr.MayCut(body, to.Inline) {
 		return body

@@ -14,6 +14,10 @@
 // finalize / reject answers rendered by the wire codecs. A run's end ends
 // its sub-agent runs too (cascade.go).
 //
+// It also keeps side effects one at a time (serial.go): a model offered an
+// L1/L2 tool is asked for one tool call at a time, and the tool routes run
+// a run's L1/L2 calls one after the other in arrival order.
+//
 // It must not import fasthttp, gRPC or net/http, nor read provider JSON
 // itself: wire codecs do that.
 package pipeline

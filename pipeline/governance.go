@@ -27,6 +27,10 @@ type governance struct {
 	ledgers []string // own, then parent's chain, then team windows
 	guard   *loopguard.Guard
 	canon   *loopguard.Canonicalizer
+	// ordersResults is set once a request of the run answered its calls
+	// out of order: its history holds that turn from then on, so every
+	// later request is put in call order too (orderResults).
+	ordersResults bool
 	// budgeted is true when tokens or cost are limited anywhere: only then
 	// does the gateway cap the forwarded request's output.
 	budgeted bool

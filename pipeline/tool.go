@@ -125,6 +125,9 @@ type ToolTurn struct {
 	unreg    func()
 	started  time.Time
 	finished bool
+	// wait and done are the call's place in the run's serial queue.
+	wait <-chan struct{}
+	done chan struct{}
 	// committing is BeginTool's commit, made behind the forwarded call,
 	// for FinishTool to land; nil otherwise.
 	committing *commitBehind
@@ -143,8 +146,28 @@ func (tt *ToolTurn) Level() string { return tt.level }
 
 // BeginTool runs the gates for one tool call. It never fails: a refusal is
 // an Answer on the turn. FinishTool must follow every BeginTool that left
-// Answer nil.
+// Answer nil. An L1/L2 call returns once the run's L1/L2 calls that passed
+// the gates before it have finished (serialQueue), or the run is cancelled.
 func (p *Pipeline) BeginTool(ctx context.Context, call *ToolCall) *ToolTurn {
+	tt := p.beginTool(ctx, call)
+	if tt.Answer == nil && tt.wait != nil {
+		start := p.now()
+		select {
+		case <-tt.wait:
+		case <-tt.Ctx.Done():
+		case <-ctx.Done():
+		}
+		if tt.DeadlineMs > 0 {
+			// The run's clock ran while the call waited its turn.
+			left := time.Duration(tt.DeadlineMs)*time.Millisecond - p.now().Sub(start)
+			tt.Timeout = max(min(tt.Timeout, left), time.Nanosecond)
+			tt.DeadlineMs = max(left.Milliseconds(), 1)
+		}
+	}
+	return tt
+}
+
+func (p *Pipeline) beginTool(ctx context.Context, call *ToolCall) *ToolTurn {
 	tt := &ToolTurn{Call: call, started: p.now(), server: call.Server}
 	if err := checkRunNames(call.RunID, call.ParentRunID, call.SessionID); err != nil {
 		tt.Answer = &ToolAnswer{Kind: ToolBadRequest, Status: 400, Message: err.Error(), Reason: "bad_request"}
@@ -348,6 +371,9 @@ func (p *Pipeline) forwardTool(tt *ToolTurn, r *runstate.Run, g *governance, ts 
 	if tt.idem {
 		ts.inflight[tt.key] = true
 	}
+	if (tt.level == policy.LevelReversible || tt.level == policy.LevelIrreversible) && !g.limits.ParallelSideEffects {
+		tt.wait, tt.done = ts.serial.take()
+	}
 	ts.Uses[call.Name]++
 	r.Counters.ToolAttempts++
 	r.Inflight++
@@ -379,6 +405,9 @@ func (p *Pipeline) FinishTool(ctx context.Context, tt *ToolTurn, out ToolOutcome
 		return StoredResult{}
 	}
 	tt.finished = true
+	if tt.done != nil {
+		close(tt.done) // the run's next L1/L2 call may go
+	}
 	if tt.cancel != nil {
 		tt.cancel()
 	}

@@ -24,6 +24,8 @@ type toolState struct {
 	// Uses counts executions per tool, for Limits.ToolQuotas.
 	Uses     map[string]int64
 	PausedAt time.Time
+	// serial orders the run's L1/L2 calls on the tool routes.
+	serial serialQueue
 }
 
 // toolSnapshot is the part of toolState persisted with the run.

@@ -264,6 +264,9 @@ func (d decoder) limitsInto(l *Limits) error {
 	if err := d.string("summariser_model", &l.SummariserModel); err != nil {
 		return err
 	}
+	if err := d.bool("parallel_side_effects", &l.ParallelSideEffects); err != nil {
+		return err
+	}
 	if err := d.toolOutputInto(&l.ToolOutput); err != nil {
 		return err
 	}

@@ -72,6 +72,10 @@ type Limits struct {
 	// the summary of dropped turns (through the same upstream, charged to
 	// the run); without it the summary is extractive.
 	SummariserModel string `json:"summariser_model,omitempty"`
+	// ParallelSideEffects lets a model be offered parallel tool calls while
+	// a tool on offer is L1 or L2; by default the gateway asks for one call
+	// at a time and runs such calls one after the other (DESIGN §6).
+	ParallelSideEffects bool `json:"parallel_side_effects,omitempty"`
 	// ToolOutput is how long tool output is cut wherever it reaches a
 	// model (DESIGN §6, §8): the policy key tool_output.
 	ToolOutput ToolOutput `json:"tool_output,omitzero"`

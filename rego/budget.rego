@@ -26,6 +26,9 @@ default_limits := {
 	"paused_time": "flow",
 	"default_max_output_tokens": 4096,
 	"min_output_tokens": 1024,
+	# L1/L2 tools on offer: the model is asked for one tool call at a
+	# time and the tool routes run such calls one after the other.
+	"parallel_side_effects": false,
 	# Long tool output, cut in every forwarded request: head and tail
 	# inline, the full text behind a handle. "tools" turns the cut on or
 	# off per tool name: {"read_file": {"cut": false}}.

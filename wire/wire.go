@@ -87,7 +87,15 @@ type Request struct {
 	IncludeUsage    bool  // the client itself asked for stream_options.include_usage
 	MaxOutputTokens int64 // the request's own output cap; 0 when it sets none
 	HasTools        bool  // the request offers tools to the model
-	BodyBytes       int   // size of the request body, the input estimate's basis
+	// Tools is the raw JSON array of the tools offered (for chat, the
+	// legacy functions array when there is no tools array); it aliases the
+	// body. ToolNames reads it.
+	Tools string
+	// SerialTools is the pipeline's decision, set before PrepareUpstream:
+	// the model must ask for one tool call at a time because a tool on
+	// offer has a side effect (DESIGN §6 levels L1, L2).
+	SerialTools bool
+	BodyBytes   int // size of the request body, the input estimate's basis
 
 	// PreviousResponseID is the Responses API's continuation handle.
 	PreviousResponseID string

@@ -16,16 +16,39 @@ import (
 const minThinkingBudget = 1024
 
 // PrepareUpstream caps max_tokens at maxOutput (Anthropic requires the
-// field, so it is set when absent). The body is returned as it is, same
-// slice, when nothing changes; otherwise a new slice, body is never written.
+// field, so it is set when absent) and, when req.SerialTools, sets
+// tool_choice.disable_parallel_tool_use. The body is returned as it is,
+// same slice, when nothing changes; otherwise a new slice, body is never
+// written.
 func (Messages) PrepareUpstream(body []byte, req *wire.Request, maxOutput int64) ([]byte, error) {
-	if maxOutput <= 0 {
+	out := body
+	if maxOutput > 0 {
+		var ok bool
+		if out, ok = spliceMaxTokens(body, req, maxOutput); !ok {
+			var err error
+			if out, err = capMaxTokens(body, maxOutput); err != nil {
+				return body, err
+			}
+		}
+	}
+	if req != nil && req.SerialTools && req.HasTools {
+		return serialToolChoice(out)
+	}
+	return out, nil
+}
+
+// serialToolChoice sets tool_choice.disable_parallel_tool_use, keeping the
+// choice's type; a request without tool_choice gets the default one, auto.
+// A choice of none offers no call at all and is left as it is.
+func serialToolChoice(body []byte) ([]byte, error) {
+	tc := gjson.Get(view(body), "tool_choice")
+	switch {
+	case !tc.Exists() || tc.Type == gjson.Null:
+		return sjson.SetRawBytes(body, "tool_choice", []byte(`{"type":"auto","disable_parallel_tool_use":true}`))
+	case !tc.IsObject() || tc.Get("type").Str == "none" || tc.Get("disable_parallel_tool_use").Type == gjson.True:
 		return body, nil
 	}
-	if out, ok := spliceMaxTokens(body, req, maxOutput); ok {
-		return out, nil
-	}
-	return capMaxTokens(body, maxOutput)
+	return sjson.SetRawBytes(body, "tool_choice.disable_parallel_tool_use", []byte("true"))
 }
 
 // spliceMaxTokens is capMaxTokens for the common body, one that carries

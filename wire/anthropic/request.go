@@ -56,6 +56,10 @@ func (Messages) ParseRequest(body []byte) (wire.Request, error) {
 			maxRaw = val
 		case "tools":
 			req.HasTools = nonEmptyArray(gjson.Parse(val))
+			req.Tools = ""
+			if req.HasTools {
+				req.Tools = val
+			}
 		}
 		req.Layout.Note(body, v, end)
 		return end

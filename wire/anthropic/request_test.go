@@ -130,9 +130,11 @@ func TestParseRequest(t *testing.T) {
 }
 
 // equalRequest compares what ParseRequest reads; the layout is the codec's
-// own note for PrepareUpstream, checked by the tests of the edits.
+// own note for PrepareUpstream, checked by the tests of the edits, and the
+// tools are read by TestPrepareUpstreamSerialTools.
 func equalRequest(a, b wire.Request) bool {
 	a.Layout, b.Layout = wire.Layout{}, wire.Layout{}
+	a.Tools, b.Tools = "", ""
 	return reflect.DeepEqual(a, b)
 }
 
@@ -178,6 +180,8 @@ func TestParseRequestCopiesStrings(t *testing.T) {
 	}
 }
 
+const toolDefs = `"tools":[{"name":"delete_file","input_schema":{"type":"object"}}]`
+
 func TestPrepareUpstream(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -185,24 +189,43 @@ func TestPrepareUpstream(t *testing.T) {
 		body      string
 		maxOutput int64
 		want      string // "" when the body must come back as the same slice
+		serial    bool   // the pipeline asks for one tool call at a time
 	}{
-		{"no cap", `{"model":"m","max_tokens":9000,"messages":[]}`, 0, ""},
-		{"already below", `{"model":"m","max_tokens":100,"messages":[]}`, 500, ""},
-		{"equal", `{"model":"m","max_tokens":500,"messages":[]}`, 500, ""},
-		{"lowered", `{"model":"m","max_tokens":9000,"messages":[]}`, 500, `{"model":"m","max_tokens":500,"messages":[]}`},
-		{"set when missing", `{"model":"m","messages":[]}`, 500, `{"model":"m","messages":[],"max_tokens":500}`},
+		{"no cap", `{"model":"m","max_tokens":9000,"messages":[]}`, 0, "", false},
+		{"already below", `{"model":"m","max_tokens":100,"messages":[]}`, 500, "", false},
+		{"equal", `{"model":"m","max_tokens":500,"messages":[]}`, 500, "", false},
+		{"lowered", `{"model":"m","max_tokens":9000,"messages":[]}`, 500, `{"model":"m","max_tokens":500,"messages":[]}`, false},
+		{"set when missing", `{"model":"m","messages":[]}`, 500, `{"model":"m","messages":[],"max_tokens":500}`, false},
 		{"thinking budget halved", `{"model":"m","max_tokens":9000,"thinking":{"type":"enabled","budget_tokens":8000},"messages":[]}`, 4000,
-			`{"model":"m","max_tokens":4000,"thinking":{"type":"enabled","budget_tokens":2000},"messages":[]}`},
+			`{"model":"m","max_tokens":4000,"thinking":{"type":"enabled","budget_tokens":2000},"messages":[]}`, false},
 		{"thinking dropped below its minimum", `{"model":"m","max_tokens":9000,"thinking":{"type":"enabled","budget_tokens":8000},"messages":[]}`, 1500,
-			`{"model":"m","max_tokens":1500,"messages":[]}`},
+			`{"model":"m","max_tokens":1500,"messages":[]}`, false},
 		{"thinking budget already fits", `{"model":"m","max_tokens":9000,"thinking":{"type":"enabled","budget_tokens":1024},"messages":[]}`, 4000,
-			`{"model":"m","max_tokens":4000,"thinking":{"type":"enabled","budget_tokens":1024},"messages":[]}`},
+			`{"model":"m","max_tokens":4000,"thinking":{"type":"enabled","budget_tokens":1024},"messages":[]}`, false},
+		{"serial without tool_choice", `{"model":"m","max_tokens":10,"messages":[],` + toolDefs + `}`, 0,
+			`{"model":"m","max_tokens":10,"messages":[],` + toolDefs + `,"tool_choice":{"type":"auto","disable_parallel_tool_use":true}}`, true},
+		{"serial keeps the choice's type", `{"model":"m","max_tokens":10,"messages":[],` + toolDefs + `,"tool_choice":{"type":"any"}}`, 0,
+			`{"model":"m","max_tokens":10,"messages":[],` + toolDefs + `,"tool_choice":{"type":"any","disable_parallel_tool_use":true}}`, true},
+		{"serial already", `{"model":"m","max_tokens":10,"messages":[],` + toolDefs + `,"tool_choice":{"type":"auto","disable_parallel_tool_use":true}}`, 0, "", true},
+		{"serial with choice none", `{"model":"m","max_tokens":10,"messages":[],` + toolDefs + `,"tool_choice":{"type":"none"}}`, 0, "", true},
+		{"serial without tools", `{"model":"m","max_tokens":10,"messages":[]}`, 0, "", true},
+		{"serial and capped", `{"model":"m","max_tokens":9000,"messages":[],` + toolDefs + `}`, 500,
+			`{"model":"m","max_tokens":500,"messages":[],` + toolDefs + `,"tool_choice":{"type":"auto","disable_parallel_tool_use":true}}`, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {
 			t.Parallel()
 			body := []byte(tc.body)
-			got, err := Messages{}.PrepareUpstream(body, nil, tc.maxOutput)
+			var req *wire.Request
+			if tc.serial {
+				r, err := Messages{}.ParseRequest(body)
+				if err != nil {
+					t.Fatal(err)
+				}
+				r.SerialTools = true
+				req = &r
+			}
+			got, err := Messages{}.PrepareUpstream(body, req, tc.maxOutput)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -62,7 +62,9 @@ func (Chat) ParseRequest(body []byte) (wire.Request, error) {
 			maxTok = val
 			return keyMaxTokens
 		case "tools":
-			req.HasTools = req.HasTools || (isArray(val) && !isEmptyArray(val))
+			if isArray(val) && !isEmptyArray(val) {
+				req.HasTools, req.Tools = true, val
+			}
 			return keyTools
 		case "functions": // legacy function calling
 			req.HasTools = req.HasTools || (isArray(val) && !isEmptyArray(val))
@@ -213,8 +215,9 @@ func hasContent(raw string) bool {
 }
 
 // PrepareUpstream injects stream_options.include_usage on streams whose
-// client did not ask for it (the tap strips the usage chunk again) and caps
-// the output at maxOutput when positive.
+// client did not ask for it (the tap strips the usage chunk again), caps
+// the output at maxOutput when positive and sets parallel_tool_calls false
+// when req.SerialTools.
 func (c Chat) PrepareUpstream(body []byte, req *wire.Request, maxOutput int64) ([]byte, error) {
 	if req == nil {
 		r, err := c.ParseRequest(body)
@@ -223,7 +226,7 @@ func (c Chat) PrepareUpstream(body []byte, req *wire.Request, maxOutput int64) (
 		}
 		req = &r
 	}
-	if maxOutput <= 0 && (!req.Stream || req.IncludeUsage) {
+	if maxOutput <= 0 && (!req.Stream || req.IncludeUsage) && !req.SerialTools {
 		return body, nil // chatEdits would find nothing to do
 	}
 	var mbuf [16]member
@@ -252,6 +255,7 @@ func chatEdits(edits []edit, obj string, ms []member, req *wire.Request, maxOutp
 		}
 		edits = append(edits, edit{key: "stream_options", raw: raw})
 	}
+	edits = serialEdit(edits, req, lastValue(ms, obj, "parallel_tool_calls"))
 	if maxOutput > 0 {
 		var hasComp, hasTok bool
 		edits, hasComp = capEdit(edits, maxOutput, "max_completion_tokens", lastValue(ms, obj, "max_completion_tokens"))

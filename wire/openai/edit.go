@@ -144,6 +144,16 @@ func capEdit(edits []edit, maxOutput int64, key, raw string) ([]edit, bool) {
 	return edits, true
 }
 
+// serialEdit sets parallel_tool_calls (raw value raw) to false when the
+// pipeline asked for one tool call at a time; a request that says so
+// already is left as it is. OpenAI refuses the field without tools.
+func serialEdit(edits []edit, req *wire.Request, raw string) []edit {
+	if req.SerialTools && req.HasTools && raw != "false" {
+		edits = append(edits, edit{key: "parallel_tool_calls", raw: []byte("false")})
+	}
+	return edits
+}
+
 // notRun is the result the wrap-up gives a tool call that the agent had not
 // answered yet, so that the history stays valid without the tools.
 const notRun = "Not run: the gateway is wrapping up this run."

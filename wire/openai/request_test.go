@@ -202,6 +202,8 @@ func TestParseRequestDetachesStrings(t *testing.T) {
 	}
 }
 
+const fnTools = `"tools":[{"type":"function","function":{"name":"delete_file","parameters":{}}}]`
+
 func TestPrepareUpstream(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -210,44 +212,54 @@ func TestPrepareUpstream(t *testing.T) {
 		body      string
 		maxOutput int64
 		want      string // "" = the body itself, unchanged
+		serial    bool   // the pipeline asks for one tool call at a time
 	}{
-		{"chat non-stream no cap", Chat{}, `{"model":"m","messages":[]}`, 0, ""},
-		{"chat stream client asked usage", Chat{}, `{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[]}`, 0, ""},
+		{"chat non-stream no cap", Chat{}, `{"model":"m","messages":[]}`, 0, "", false},
+		{"chat stream client asked usage", Chat{}, `{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[]}`, 0, "", false},
 		{
 			"chat stream inject", Chat{}, `{"model":"m", "stream":true, "messages":[]}`, 0,
-			`{"model":"m","stream":true,"messages":[],"stream_options":{"include_usage":true}}`,
+			`{"model":"m","stream":true,"messages":[],"stream_options":{"include_usage":true}}`, false,
 		},
 		{
 			"chat stream options without usage", Chat{}, `{"model":"m","stream":true,"stream_options":{"include_obfuscation":false,"include_usage":false},"messages":[]}`, 0,
-			`{"model":"m","stream":true,"stream_options":{"include_obfuscation":false,"include_usage":true},"messages":[]}`,
+			`{"model":"m","stream":true,"stream_options":{"include_obfuscation":false,"include_usage":true},"messages":[]}`, false,
 		},
 		{
 			"chat cap sets max_completion_tokens", Chat{}, `{"model":"m","messages":[]}`, 500,
-			`{"model":"m","messages":[],"max_completion_tokens":500}`,
+			`{"model":"m","messages":[],"max_completion_tokens":500}`, false,
 		},
 		{
 			"chat cap lowers legacy max_tokens", Chat{}, `{"model":"m","max_tokens":4096,"messages":[]}`, 500,
-			`{"model":"m","max_tokens":500,"messages":[]}`,
+			`{"model":"m","max_tokens":500,"messages":[]}`, false,
 		},
-		{"chat cap keeps a smaller value", Chat{}, `{"model":"m","max_tokens":100,"messages":[]}`, 500, ""},
+		{"chat cap keeps a smaller value", Chat{}, `{"model":"m","max_tokens":100,"messages":[]}`, 500, "", false},
 		{
 			"chat cap replaces null", Chat{}, `{"model":"m","max_completion_tokens":null,"messages":[]}`, 500,
-			`{"model":"m","max_completion_tokens":500,"messages":[]}`,
+			`{"model":"m","max_completion_tokens":500,"messages":[]}`, false,
 		},
 		{
 			"chat inject and cap", Chat{}, `{"model":"m","stream":true,"max_completion_tokens":9000,"messages":[]}`, 500,
-			`{"model":"m","stream":true,"max_completion_tokens":500,"messages":[],"stream_options":{"include_usage":true}}`,
+			`{"model":"m","stream":true,"max_completion_tokens":500,"messages":[],"stream_options":{"include_usage":true}}`, false,
 		},
-		{"responses no cap", Responses{}, `{"model":"m","stream":true,"input":"x"}`, 0, ""},
-		{"responses smaller cap kept", Responses{}, `{"model":"m","input":"x","max_output_tokens":10}`, 500, ""},
+		{"responses no cap", Responses{}, `{"model":"m","stream":true,"input":"x"}`, 0, "", false},
+		{"responses smaller cap kept", Responses{}, `{"model":"m","input":"x","max_output_tokens":10}`, 500, "", false},
 		{
 			"responses cap", Responses{}, `{"model":"m","input":"x","max_output_tokens":10000}`, 500,
-			`{"model":"m","input":"x","max_output_tokens":500}`,
+			`{"model":"m","input":"x","max_output_tokens":500}`, false,
 		},
 		{
 			"responses cap set", Responses{}, `{"model":"m","input":"x"}`, 500,
-			`{"model":"m","input":"x","max_output_tokens":500}`,
+			`{"model":"m","input":"x","max_output_tokens":500}`, false,
 		},
+		{"chat serial set", Chat{}, `{"model":"m","messages":[],` + fnTools + `}`, 0,
+			`{"model":"m","messages":[],` + fnTools + `,"parallel_tool_calls":false}`, true},
+		{"chat serial replaces true", Chat{}, `{"model":"m","messages":[],` + fnTools + `,"parallel_tool_calls":true}`, 0,
+			`{"model":"m","messages":[],` + fnTools + `,"parallel_tool_calls":false}`, true},
+		{"chat serial already false", Chat{}, `{"model":"m","messages":[],` + fnTools + `,"parallel_tool_calls":false}`, 0, "", true},
+		{"chat serial without tools", Chat{}, `{"model":"m","messages":[]}`, 0, "", true},
+		{"responses serial set", Responses{}, `{"model":"m","input":"x","tools":[{"type":"function","name":"d"}]}`, 0,
+			`{"model":"m","input":"x","tools":[{"type":"function","name":"d"}],"parallel_tool_calls":false}`, true},
+		{"responses serial already false", Responses{}, `{"model":"m","input":"x","parallel_tool_calls":false,"tools":[{"type":"function","name":"d"}]}`, 0, "", true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {
@@ -257,6 +269,7 @@ func TestPrepareUpstream(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			req.SerialTools = tc.serial
 			got, err := tc.codec.PrepareUpstream(body, &req, tc.maxOutput)
 			if err != nil {
 				t.Fatal(err)
@@ -537,5 +550,25 @@ func TestParseRequestValidatesLimits(t *testing.T) {
 	deepHistory := `{"model":"m","messages":[{"role":"user","content":` + deep + `}]}`
 	if _, err := (Chat{}).ParseRequest([]byte(deepHistory)); !errors.Is(err, wire.ErrTooDeep) {
 		t.Fatalf("deep message content: err = %v, want wire.ErrTooDeep", err)
+	}
+}
+
+func TestToolNames(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		codec wire.Codec
+		body  string
+		want  string
+	}{
+		{Chat{}, `{"model":"m","messages":[],"tools":[{"type":"function","function":{"name":"a"}},{"type":"function","function":{"name":"b"}}]}`, "a,b"},
+		{Responses{}, `{"model":"m","input":"x","tools":[{"type":"function","name":"a"},{"type":"web_search"}]}`, "a,web_search"},
+	} {
+		req, err := tc.codec.ParseRequest([]byte(tc.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Join(req.ToolNames(), ","); got != tc.want {
+			t.Errorf("%s: tool names %q, want %q", tc.codec.API(), got, tc.want)
+		}
 	}
 }

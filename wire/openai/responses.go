@@ -119,6 +119,10 @@ func (Responses) ParseRequest(body []byte) (wire.Request, error) {
 			return keyMaxOutput
 		case "tools":
 			req.HasTools = isArray(val) && !isEmptyArray(val)
+			req.Tools = ""
+			if req.HasTools {
+				req.Tools = val
+			}
 			return keyTools
 		case "previous_response_id":
 			prev = val
@@ -249,10 +253,11 @@ func (h *responsesHistory) apply(req *wire.Request) {
 	}
 }
 
-// PrepareUpstream caps max_output_tokens. Responses streams carry their
-// usage in response.completed, so nothing else changes.
+// PrepareUpstream caps max_output_tokens and sets parallel_tool_calls
+// false when req.SerialTools. Responses streams carry their usage in
+// response.completed, so nothing else changes.
 func (r Responses) PrepareUpstream(body []byte, req *wire.Request, maxOutput int64) ([]byte, error) {
-	if maxOutput <= 0 {
+	if maxOutput <= 0 && (req == nil || !req.SerialTools) {
 		return body, nil
 	}
 	if req == nil {
@@ -264,10 +269,14 @@ func (r Responses) PrepareUpstream(body []byte, req *wire.Request, maxOutput int
 	if !ok {
 		return body, errNotObject
 	}
-	var buf [1]edit
-	edits, has := capEdit(buf[:0], maxOutput, "max_output_tokens", firstValue(ms, obj, "max_output_tokens"))
-	if !has {
-		edits = append(edits, edit{key: "max_output_tokens", raw: appendInt(nil, maxOutput)})
+	var buf [2]edit
+	edits := serialEdit(buf[:0], req, firstValue(ms, obj, "parallel_tool_calls"))
+	if maxOutput > 0 {
+		var has bool
+		edits, has = capEdit(edits, maxOutput, "max_output_tokens", firstValue(ms, obj, "max_output_tokens"))
+		if !has {
+			edits = append(edits, edit{key: "max_output_tokens", raw: appendInt(nil, maxOutput)})
+		}
 	}
 	if len(edits) == 0 {
 		return body, nil
