@@ -61,7 +61,7 @@ func LoadCatalog(path string) (*Catalog, error) {
 	return c, nil
 }
 
-// Catalog keys, as in DESIGN §10.
+// Catalog keys, as in docs/design.md §10.
 const (
 	keyContextWindow = "context_window"
 	keyInput         = "input_usd_per_mtok"
@@ -98,7 +98,7 @@ type catalogFile struct {
 	Models map[string]map[string]*scalar `yaml:"models"`
 }
 
-// ParseCatalog parses a catalog in the DESIGN §10 shape. It reports every
+// ParseCatalog parses a catalog in the docs/design.md §10 shape. It reports every
 // problem at once (errors.Join): unknown keys, missing or non-positive
 // context windows, missing, negative or over-precise prices.
 func ParseCatalog(data []byte) (*Catalog, error) {

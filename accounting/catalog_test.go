@@ -17,7 +17,7 @@ func TestDefaultCatalog(t *testing.T) {
 	if got := strings.Join(c.Models(), " "); got != strings.Join(want, " ") {
 		t.Fatalf("Models() = %s\nwant       %s", got, strings.Join(want, " "))
 	}
-	// gpt-4o-mini as DESIGN §10 gives it (without the illustrative
+	// gpt-4o-mini as docs/design.md §10 gives it (without the illustrative
 	// cache-write surcharge, see prices.yaml).
 	p, _ := c.Lookup("gpt-4o-mini")
 	wantMini := Price{Model: "gpt-4o-mini", ContextWindow: 128000,

@@ -6,7 +6,7 @@ import (
 	"github.com/haltline/haltline/wire"
 )
 
-// Cost prices a call's normalised usage (DESIGN §12). provider is
+// Cost prices a call's normalised usage (docs/design.md §12). provider is
 // wire.API.Provider(): "anthropic" or "openai" (anything else is priced as
 // openai, whose formula is the general one).
 //

@@ -11,7 +11,7 @@ import (
 )
 
 // fixtureUsage reads a recorded response's usage block and normalises it as
-// DESIGN §12 says (the parsers in wire do the same on the request path;
+// docs/design.md §12 says (the parsers in wire do the same on the request path;
 // this keeps the accounting tests independent of them).
 func fixtureUsage(t *testing.T, path string) (model string, provider string, u wire.Usage) {
 	t.Helper()

@@ -61,7 +61,7 @@ func (s *Shortfall) Error() string {
 	return "budget " + s.Ledger + ": " + s.Dimension + " needs " + strconv.FormatInt(s.Need, 10) + ", " + strconv.FormatInt(s.Left, 10) + " left"
 }
 
-// Reason maps the dimension to its termination reason (DESIGN §5), so that
+// Reason maps the dimension to its termination reason (docs/design.md §5), so that
 // callers never tell budget kinds apart by parsing strings.
 func (s *Shortfall) Reason() string {
 	switch s.Dimension {

@@ -10,7 +10,7 @@ import (
 	"github.com/haltline/haltline/pipeline"
 )
 
-// toolRoutes registers the tool governance routes (DESIGN §7): approval
+// toolRoutes registers the tool governance routes (docs/design.md §7): approval
 // tickets and the full text of cut tool results.
 func (a *api) toolRoutes() {
 	a.handle("GET", "/api/v1/approvals", a.auth(a.approvals))

@@ -1,4 +1,4 @@
-// Package admin is the control plane (DESIGN §7): the runs API, cancel and
+// Package admin is the control plane (docs/design.md §7): the runs API, cancel and
 // resume, metrics, health and readiness, behind a bearer token when one is
 // set. It runs on its own listener with net/http.
 //

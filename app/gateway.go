@@ -218,7 +218,7 @@ func (g *Gateway) Close(ctx context.Context) error {
 }
 
 // registryData is the tool registry declared in config, for
-// data.haltline.tools (DESIGN §10).
+// data.haltline.tools (docs/design.md §10).
 func registryData(cfg config.Config) map[string]any {
 	tools := map[string]any{}
 	for name, s := range cfg.MCPServers {

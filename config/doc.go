@@ -1,5 +1,5 @@
 // Package config owns the gateway's configuration: the YAML schema of
-// DESIGN §10 (the field comments are the user reference), the embedded
+// docs/design.md §10 (the field comments are the user reference), the embedded
 // defaults, the environment variables for upstreams and keys, the serve flags
 // (flags override the file, the file overrides defaults) and Validate, which
 // reports every problem at once.

@@ -1,5 +1,5 @@
 // Package contextmgr keeps the requests Haltline forwards under a watermark
-// of the model's context window (DESIGN §1 rewrite stage, §5 soft lines, §8
+// of the model's context window (docs/design.md §1 rewrite stage, §5 soft lines, §8
 // defaults). Agents re-send their whole history on every call; the gateway
 // rewrites what it forwards, never what the agent keeps.
 //

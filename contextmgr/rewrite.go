@@ -13,7 +13,7 @@ import (
 	"github.com/haltline/haltline/wire/jsonscan"
 )
 
-// Defaults of a zero Rewriter (DESIGN §8 for the tool output sizes).
+// Defaults of a zero Rewriter (docs/design.md §8 for the tool output sizes).
 const (
 	DefaultKeepTurns   = 4
 	DefaultInlineLimit = 4096
@@ -32,7 +32,7 @@ var ErrInvalidBody = errors.New("contextmgr: request body is not valid JSON")
 // runs, each with its own State.
 type Rewriter struct {
 	// Blob stores the full text of a cut tool output and returns the handle
-	// the cut text names (DESIGN §7 serves it at
+	// the cut text names (docs/design.md §7 serves it at
 	// /api/v1/runs/{id}/blobs/{handle}). It is called for the outputs a
 	// rewrite forwards cut (not for those a compression drops), once per
 	// distinct output per run: the handle is remembered in State.Blobs.

@@ -1,7 +1,7 @@
 package contextmgr
 
 // Params shape a run's watermark. The zero value gives the default of
-// DESIGN §8: 0.6 × the model's window.
+// docs/design.md §8: 0.6 × the model's window.
 type Params struct {
 	// Fraction of the window; 0 means DefaultFraction.
 	Fraction float64 `json:"fraction,omitempty"`
@@ -12,7 +12,7 @@ type Params struct {
 	P99ToolOutput  int64 `json:"p99_tool_output,omitempty"`
 	ExpectedOutput int64 `json:"expected_output,omitempty"`
 	Margin         int64 `json:"margin,omitempty"`
-	// Tighten applies the 70% soft line (DESIGN §5): once the run crossed
+	// Tighten applies the 70% soft line (docs/design.md §5): once the run crossed
 	// it, the context is compressed harder by lowering the watermark.
 	Tighten bool `json:"tighten,omitempty"`
 	// TightenFactor multiplies the watermark when Tighten is set; 0 means
@@ -21,7 +21,7 @@ type Params struct {
 }
 
 const (
-	// DefaultFraction is the context watermark of DESIGN §8.
+	// DefaultFraction is the context watermark of docs/design.md §8.
 	DefaultFraction = 0.6
 	// DefaultTightenFactor lowers the watermark past the 70% soft line.
 	DefaultTightenFactor = 0.8

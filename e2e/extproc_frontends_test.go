@@ -21,7 +21,7 @@ import (
 	"github.com/haltline/haltline/runstate"
 )
 
-// One behaviour, two front ends (DESIGN §1): every case below runs against
+// One behaviour, two front ends (docs/design.md §1): every case below runs against
 // the fasthttp proxy and against the ext_proc server driven by envoyEmu over
 // real gRPC. Each case checks what it expects on both, and returns the facts
 // the client and the control plane saw; the facts of the two front ends must

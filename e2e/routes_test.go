@@ -12,7 +12,7 @@ import (
 // TestProviderRoutesWithoutV1 calls each provider route the way a client
 // with /v1 left out of its base URL (or put in, for the Anthropic SDKs that
 // post to {base}/messages) calls it: the call is governed as a model call
-// and reaches the provider on its /v1 path (DESIGN §2).
+// and reaches the provider on its /v1 path (docs/design.md §2).
 func TestProviderRoutesWithoutV1(t *testing.T) {
 	cases := []struct {
 		route, fixture string

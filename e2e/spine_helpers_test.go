@@ -153,7 +153,7 @@ func spCheckErrorFormat(t *testing.T, provider string, body []byte) {
 	}
 }
 
-// spCheckRunHeaders checks the run headers of DESIGN §3 on a model call's
+// spCheckRunHeaders checks the run headers of docs/design.md §3 on a model call's
 // answer and returns the run id.
 func spCheckRunHeaders(t *testing.T, h http.Header, step string) string {
 	t.Helper()

@@ -21,7 +21,7 @@ import (
 	"github.com/haltline/haltline/runstate"
 )
 
-// spUsage is a run record's token counters, normalised per DESIGN §12.
+// spUsage is a run record's token counters, normalised per docs/design.md §12.
 type spUsage struct{ In, Out, Cached, Reasoning, CacheWrite int64 }
 
 func spRecordUsage(rec runstate.Record) spUsage {
@@ -52,7 +52,7 @@ func spJSONEqual(a, b string) bool {
 }
 
 // 1. Every recorded fixture reaches the official SDK intact through the
-// gateway, its usage lands in the run record normalised per DESIGN §12, and
+// gateway, its usage lands in the run record normalised per docs/design.md §12, and
 // the run headers are on the answer.
 func TestSpineFixturesThroughSDKs(t *testing.T) {
 	t.Parallel()
@@ -239,7 +239,7 @@ func TestSpineFixturesThroughSDKs(t *testing.T) {
 			},
 		},
 		{
-			// input = 7 + 0 cache reads + 1069 cache writes (DESIGN §12).
+			// input = 7 + 0 cache reads + 1069 cache writes (docs/design.md §12).
 			desc: "anthropic tool use with cache write", fixture: "anthropic/response-tool-use-cache-write.json",
 			usage: spUsage{In: 7 + 1069, Out: 60, CacheWrite: 1069},
 			call: func(t *testing.T, g *app.Gateway) http.Header {

@@ -1,5 +1,5 @@
 // Package loopguard fingerprints tool calls and tool results and detects
-// runs that loop or stall (DESIGN §6, defaults in §8).
+// runs that loop or stall (docs/design.md §6, defaults in §8).
 //
 // It owns two things: fingerprints and sketches (Canonicalizer) and
 // detectors (Guard). It

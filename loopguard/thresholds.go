@@ -1,7 +1,7 @@
 package loopguard
 
 // Thresholds configure the detectors. A detector whose threshold is zero or
-// negative is off. Values come from policy (DESIGN §8); NewGuard clamps them
+// negative is off. Values come from policy (docs/design.md §8); NewGuard clamps them
 // to sane bounds so a policy typo cannot make a run's state unbounded.
 type Thresholds struct {
 	// SameInRow: the same fingerprint in this many consecutive steps.
@@ -22,7 +22,7 @@ type Thresholds struct {
 	SemanticSimilarity              float64
 }
 
-// DefaultThresholds returns the DESIGN §8 defaults.
+// DefaultThresholds returns the docs/design.md §8 defaults.
 func DefaultThresholds() Thresholds {
 	return Thresholds{SameInRow: 3, Window: 6, WindowRepeats: 3, MaxCyclePeriod: 3, StallSteps: 3,
 		SemanticRepeats: 3, SemanticWindow: 6, SemanticSimilarity: DefaultSemanticSimilarity}

@@ -19,7 +19,7 @@ import (
 // gateway answers itself.
 const minWrapUpOutput = 64
 
-// WrapUpInstruction is appended to the wrap-up call (DESIGN §5).
+// WrapUpInstruction is appended to the wrap-up call (docs/design.md §5).
 const WrapUpInstruction = "This run has reached its budget. Do not call any tools. " +
 	"Give your best conclusion from what you have so far, and list what is unfinished."
 
@@ -158,7 +158,7 @@ func (p *Pipeline) observe(t *Turn, g *governance, now time.Time) {
 	}
 }
 
-// admit applies the checks of DESIGN §5 in order and reserves the call's
+// admit applies the checks of docs/design.md §5 in order and reserves the call's
 // worst case. It returns true when the turn is answered without forwarding.
 func (p *Pipeline) admit(ctx context.Context, t *Turn, g *governance, now time.Time) bool {
 	r := t.run

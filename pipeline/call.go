@@ -21,7 +21,7 @@ type Principal struct {
 type Call struct {
 	API  wire.API
 	Body []byte // read-only: the rewrite stage returns a new body
-	// Run headers (DESIGN §3), as sent.
+	// Run headers (docs/design.md §3), as sent.
 	RunID, SessionID, AgentID, ParentRunID, TaskType, RunBudget string
 	Principal                                                   Principal
 	// Upstream, when the front end can, sends a request of the gateway's
@@ -45,7 +45,7 @@ type Answer struct {
 	Status      int
 	ContentType string
 	Body        []byte
-	// NoRetry adds x-should-retry: false (DESIGN §12).
+	// NoRetry adds x-should-retry: false (docs/design.md §12).
 	NoRetry bool
 }
 

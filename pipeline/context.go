@@ -29,7 +29,7 @@ func orderResults(t *Turn, g *governance) []byte {
 }
 
 // rewriteContext keeps the forwarded request under the run's watermark of
-// the model's window (DESIGN §1 rewrite stage): a request that fits goes out
+// the model's window (docs/design.md §1 rewrite stage): a request that fits goes out
 // byte for byte; one that does not is rewritten by the context manager,
 // which keeps the system prompt, the task, pinned facts and the recent turns,
 // and reuses the run's compressed prefix between compressions. The caller
@@ -125,7 +125,7 @@ func (p *Pipeline) rewriter(t *Turn, g *governance, now time.Time) (rw contextmg
 }
 
 // cutToolOutput cuts every tool output over the run's inline limit in the
-// request to forward (DESIGN §6): any API, any model, priced or not, on
+// request to forward (docs/design.md §6): any API, any model, priced or not, on
 // every call of the run, into the same text each time. A tool output is
 // named in the run's events the first time it is cut. The caller holds
 // the run's lock.

@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-// Credentials resolve the key an agent presents (DESIGN §3). With virtual
+// Credentials resolve the key an agent presents (docs/design.md §3). With virtual
 // keys configured, the key must be one of them: it names tenant, team and
 // user and is never forwarded. Without them, the agent's own key passes
 // through to the provider and names the tenant by its hash.

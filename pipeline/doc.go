@@ -2,7 +2,7 @@
 // ends (the fasthttp proxy and Envoy ext_proc) drive every model call
 // through the same three steps:
 //
-//	Begin  → parse → identify run → admit (DESIGN §5 order) → rewrite    (before forwarding)
+//	Begin  → parse → identify run → admit (docs/design.md §5 order) → rewrite    (before forwarding)
 //	Feed   → usage read on the side while the response streams; a tool call held
 //	Finish → settle or release the reservation → loop/stall → record     (exactly once)
 //	Release → the held tool call, unchanged or replaced by the final answer

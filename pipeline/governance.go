@@ -14,7 +14,7 @@ import (
 )
 
 // governance is a run's policy answers and meters, fixed when the run starts
-// (the budget question is asked once per run, DESIGN §11) and kept in
+// (the budget question is asked once per run, docs/design.md §11) and kept in
 // runstate.Run.Ext.
 type governance struct {
 	// runID is the run's id as bytes, for the store ops that carry it: ops

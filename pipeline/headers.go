@@ -11,7 +11,7 @@ import (
 	"github.com/haltline/haltline/runstate"
 )
 
-// Response header names (DESIGN §3).
+// Response header names (docs/design.md §3).
 const (
 	HeaderRunID           = "X-Run-Id"
 	HeaderRunState        = "X-Run-State"

@@ -9,7 +9,7 @@ import (
 	"github.com/haltline/haltline/wire"
 )
 
-// identify finds the run a call belongs to (DESIGN §3): X-Run-Id, else
+// identify finds the run a call belongs to (docs/design.md §3): X-Run-Id, else
 // lineage — previous_response_id, the tool-call ids of the last assistant
 // turn, the hash of the conversation up to it — else a new run. A new user
 // message after a final answer starts a new run in the same session. Every

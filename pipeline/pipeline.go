@@ -39,7 +39,7 @@ type Observer interface {
 	// Compression reports a context rewrite: estimated tokens before and after.
 	Compression(api string, before, after int64)
 	// ToolOutputCut reports the long tool output a forwarded request left
-	// out (DESIGN §6): its characters and estimated tokens, by tenant.
+	// out (docs/design.md §6): its characters and estimated tokens, by tenant.
 	ToolOutputCut(tenant string, chars, tokens int64)
 }
 
@@ -124,7 +124,7 @@ type Options struct {
 	// Book holds the ledgers: in memory (default) or shared (Redis).
 	Book     accounting.Book
 	Observer Observer
-	// Store, when set, receives every run change (DESIGN §9).
+	// Store, when set, receives every run change (docs/design.md §9).
 	Store store.Store
 	// RunLock, with a store shared by several replicas, serialises each
 	// run's transitions across them.

@@ -14,7 +14,7 @@ import (
 	"github.com/haltline/haltline/wire"
 )
 
-// Read-back (DESIGN §6): a forwarded request that holds cut tool output
+// Read-back (docs/design.md §6): a forwarded request that holds cut tool output
 // offers the model the gateway's read tool. When the model's answer calls
 // it, the gateway answers the call itself and calls the model again within
 // the same client request, so that the agent never sees the tool: it

@@ -8,7 +8,7 @@ import (
 	"github.com/haltline/haltline/policy"
 )
 
-// One side effect at a time (DESIGN §6): a model offered a tool that
+// One side effect at a time (docs/design.md §6): a model offered a tool that
 // changes something (L1, L2) is asked for one tool call at a time, and the
 // tool routes run a run's L1/L2 calls one after the other in the order
 // they arrived, while read-only (L0) calls go on in parallel. Policy lifts

@@ -29,7 +29,7 @@ type ToolCall struct {
 	Name   string
 	// Arguments are the call's arguments as JSON (read-only).
 	Arguments []byte
-	// Run headers (DESIGN §3), as sent.
+	// Run headers (docs/design.md §3), as sent.
 	RunID, SessionID, AgentID, ParentRunID, TaskType, RunBudget string
 	Principal                                                   Principal
 	// Timeout is the configured bound of the tool call; 0 uses the

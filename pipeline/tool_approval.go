@@ -22,7 +22,7 @@ const (
 	ApprovalExpired  = "expired"
 )
 
-// Approval is a ticket for a held L2 call (DESIGN §6). It names the call by
+// Approval is a ticket for a held L2 call (docs/design.md §6). It names the call by
 // its fingerprint, never its arguments.
 type Approval struct {
 	Ticket        string    `json:"ticket"`

@@ -13,7 +13,7 @@ import (
 	"github.com/haltline/haltline/store"
 )
 
-// Output cut (DESIGN §6, §8): a result longer than ToolInlineChars
+// Output cut (docs/design.md §6, §8): a result longer than ToolInlineChars
 // characters reaches the agent as its head and tail and a line naming the
 // handle of the full text.
 const (

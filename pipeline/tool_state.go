@@ -68,7 +68,7 @@ func restoreToolState(s *toolSnapshot) *toolState {
 const (
 	// keyToolFP maps a tool name and an agent-free argument fingerprint of
 	// an outstanding model tool call to its run: a tool request without run
-	// headers is attributed by it (DESIGN §3).
+	// headers is attributed by it (docs/design.md §3).
 	keyToolFP = "tf:"
 	// keyTicket and keyBlob find the run of an approval ticket or a blob.
 	keyTicket = "ap:"

@@ -382,7 +382,7 @@ func decodeModel(v ast.Value) (ModelDecision, error) {
 }
 
 // defaultToolDecision is the answer when haltline.tool leaves decision
-// undefined: the policy default for a tool nobody declared (DESIGN §6).
+// undefined: the policy default for a tool nobody declared (docs/design.md §6).
 func defaultToolDecision() ToolDecision {
 	return ToolDecision{Allow: true, Level: LevelReversible}
 }
@@ -404,7 +404,7 @@ func decodeTool(v ast.Value) (ToolDecision, error) {
 		return ToolDecision{}, err
 	}
 	// Without an explicit answer an allowed L2 action goes through a human
-	// (DESIGN §6); a policy may still say otherwise, e.g. in a sandbox.
+	// (docs/design.md §6); a policy may still say otherwise, e.g. in a sandbox.
 	t.Approval = t.Allow && t.Level == LevelIrreversible
 	if err := dec.bool("approval", &t.Approval); err != nil {
 		return ToolDecision{}, err

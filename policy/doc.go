@@ -1,4 +1,4 @@
-// Package policy asks Haltline's Rego policies their questions (DESIGN §11):
+// Package policy asks Haltline's Rego policies their questions (docs/design.md §11):
 // the budget vector of a run, whether a model call or a tool call may go,
 // the loop detector thresholds, and how a run ends.
 //

@@ -160,7 +160,7 @@ func TestModelConstantOnlyWhenInputIndependent(t *testing.T) {
 	}
 }
 
-// registry is how the caller passes the config's tool levels (DESIGN §10).
+// registry is how the caller passes the config's tool levels (docs/design.md §10).
 var registry = map[string]any{"tools": map[string]any{
 	"fs": map[string]any{
 		"read_file":   map[string]any{"level": "L0"},

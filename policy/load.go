@@ -18,7 +18,7 @@ import (
 	haltrego "github.com/haltline/haltline/rego"
 )
 
-// dataFile is the one data file a policy directory may hold (DESIGN §11).
+// dataFile is the one data file a policy directory may hold (docs/design.md §11).
 const dataFile = "data.json"
 
 // source is one parsed Rego file of the merged set.
@@ -152,7 +152,7 @@ func loadDir(dir string) (files, error) {
 	return loadFS(os.DirFS(dir), filepath.ToSlash(filepath.Clean(dir)))
 }
 
-// merge applies DESIGN §11: a package the directory defines replaces the
+// merge applies docs/design.md §11: a package the directory defines replaces the
 // embedded files of that package (and the embedded tests of it, which test
 // the replaced rules); a test package the directory defines replaces the
 // embedded one; everything else is kept. Data is deep-merged in order:

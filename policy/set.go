@@ -11,7 +11,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
 )
 
-// The questions, one per Rego package (DESIGN §11).
+// The questions, one per Rego package (docs/design.md §11).
 type questionID int
 
 const (

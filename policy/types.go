@@ -74,16 +74,16 @@ type Limits struct {
 	SummariserModel string `json:"summariser_model,omitempty"`
 	// ParallelSideEffects lets a model be offered parallel tool calls while
 	// a tool on offer is L1 or L2; by default the gateway asks for one call
-	// at a time and runs such calls one after the other (DESIGN §6).
+	// at a time and runs such calls one after the other (docs/design.md §6).
 	ParallelSideEffects bool `json:"parallel_side_effects,omitempty"`
 	// ToolOutput is how long tool output is cut wherever it reaches a
-	// model (DESIGN §6, §8): the policy key tool_output.
+	// model (docs/design.md §6, §8): the policy key tool_output.
 	ToolOutput ToolOutput `json:"tool_output,omitzero"`
 }
 
 // ToolOutput cuts a tool output longer than Inline characters to its first
 // Head and last Tail characters in every request the gateway forwards
-// (0: the defaults of DESIGN §8). Policy writes it as
+// (0: the defaults of docs/design.md §8). Policy writes it as
 // {"cut": bool, "inline": n, "head": n, "tail": n, "tools": {name: {"cut": bool}}};
 // it is kept inverted (Whole, WholeTools) so that its zero value — a run
 // stored before the key existed — cuts, as the default does.
@@ -133,10 +133,10 @@ const (
 )
 
 // DefaultMinOutputTokens is the floor of a lowered output cap when policy
-// sets none (DESIGN §5).
+// sets none (docs/design.md §5).
 const DefaultMinOutputTokens = 1024
 
-// DefaultLimits is the answer when policy sets no budget (DESIGN §8):
+// DefaultLimits is the answer when policy sets no budget (docs/design.md §8):
 // generous, never in the way of a healthy run.
 func DefaultLimits() Limits {
 	return Limits{
@@ -201,7 +201,7 @@ type ToolInput struct {
 	Tool ToolInfo `json:"tool"`
 }
 
-// Danger levels (DESIGN §6).
+// Danger levels (docs/design.md §6).
 const (
 	LevelReadOnly     = "L0"
 	LevelReversible   = "L1"
@@ -234,7 +234,7 @@ type LoopThresholds struct {
 	VolatileKeys []string
 }
 
-// DefaultLoopThresholds is the answer when policy sets none (DESIGN §8).
+// DefaultLoopThresholds is the answer when policy sets none (docs/design.md §8).
 func DefaultLoopThresholds() LoopThresholds {
 	return LoopThresholds{
 		SameInRow:      3,
@@ -262,7 +262,7 @@ func DefaultVolatileKeys() []string {
 	}
 }
 
-// Termination modes (DESIGN §5).
+// Termination modes (docs/design.md §5).
 const (
 	ModeFinalize = "finalize"
 	ModeReject   = "reject"

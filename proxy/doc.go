@@ -1,5 +1,5 @@
 // Package proxy is the HTTP front end: the fasthttp data-plane server, the
-// model routes of DESIGN §2, credentials (virtual keys or pass-through),
+// model routes of docs/design.md §2, credentials (virtual keys or pass-through),
 // upstream clients with deadline-bounded retries, SSE relay chunk by chunk,
 // body limits, the bounds on client connections (in total and per
 // address, listener.go, whose Accept retries what a process out of

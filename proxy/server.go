@@ -253,7 +253,7 @@ func isTimeout(err error) bool {
 }
 
 // unversioned are the provider routes some clients call without the /v1
-// prefix, having put it in their base URL or not (DESIGN §2): the model
+// prefix, having put it in their base URL or not (docs/design.md §2): the model
 // routes, and the model list they read before the first call.
 var unversioned = []string{"/chat/completions", "/responses", "/messages", "/models"}
 

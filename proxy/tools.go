@@ -24,7 +24,7 @@ import (
 	"github.com/haltline/haltline/wire/mcp"
 )
 
-// The tool routes (DESIGN §2): /mcp/{server} speaks MCP over streamable
+// The tool routes (docs/design.md §2): /mcp/{server} speaks MCP over streamable
 // HTTP, where tools/call is governed and every other method passes
 // unchanged; /tools/{name}/… forwards each request to a plain HTTP tool as
 // one governed call. Both run the pipeline's BeginTool/FinishTool and

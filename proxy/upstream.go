@@ -18,7 +18,7 @@ import (
 )
 
 // Retry backoff: min(maxBackoff, base·2^k + jitter), only while it fits in
-// the call's time (DESIGN §5).
+// the call's time (docs/design.md §5).
 const (
 	baseBackoff = 200 * time.Millisecond
 	maxBackoff  = 5 * time.Second

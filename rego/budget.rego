@@ -1,9 +1,9 @@
 # Package haltline.budget answers `limits`: the budget vector and soft lines
-# of a run, asked once when the run starts (DESIGN §5, §11).
+# of a run, asked once when the run starts (docs/design.md §5, §11).
 #
 # Keys use the X-Run-Budget names. A key that is absent (or 0) means "no
 # limit"; the defaults are generous so they never get in the way of a
-# healthy run (DESIGN §8): 100 steps, 30 minutes, no token or cost cap.
+# healthy run (docs/design.md §8): 100 steps, 30 minutes, no token or cost cap.
 #
 # Data (all optional), each an object of limits keys, applied in this order
 # so that the more specific one wins key by key:
@@ -16,7 +16,7 @@
 # Objects (tool_quotas) merge recursively.
 package haltline.budget
 
-# The defaults of DESIGN §8. Soft lines are fractions of each budget.
+# The defaults of docs/design.md §8. Soft lines are fractions of each budget.
 default_limits := {
 	"max_steps": 100,
 	"deadline_ms": 1800000,

@@ -1,5 +1,5 @@
 // Package rego holds Haltline's default policies: one Rego package per
-// question the gateway asks (DESIGN §11), each with its Rego unit tests, and
+// question the gateway asks (docs/design.md §11), each with its Rego unit tests, and
 // the defaults' data.json. They are embedded in the binary through FS.
 //
 // Data keys under data.haltline are plural (budgets, models, tools, loops,

@@ -1,5 +1,5 @@
 # Package haltline.loop answers the loop and stall detector thresholds of a
-# run, asked once when the run starts (DESIGN §6, §8).
+# run, asked once when the run starts (docs/design.md §6, §8).
 #
 # Answers: same_in_row, window, window_repeats, max_cycle_period,
 # stall_steps, semantic_repeats, semantic_window, semantic_similarity,
@@ -27,7 +27,7 @@ default _task_type := ""
 
 _task_type := input.run.task_type
 
-# DESIGN §8: 3 in a row, 3 of the last 6, 3 steps without a new observation.
+# docs/design.md §8: 3 in a row, 3 of the last 6, 3 steps without a new observation.
 short_thresholds := {
 	"same_in_row": 3,
 	"window": 6,

@@ -1,4 +1,4 @@
-# Package haltline.model is asked before each model call (DESIGN §11).
+# Package haltline.model is asked before each model call (docs/design.md §11).
 #
 # Answers:
 #   deny               set of reasons; any reason refuses the call (403)

@@ -1,4 +1,4 @@
-# Package haltline.termination is asked when a run must end (DESIGN §5).
+# Package haltline.termination is asked when a run must end (docs/design.md §5).
 #
 # Answers:
 #   mode         "finalize" (a well-formed final answer) or "reject" (an

@@ -1,4 +1,4 @@
-# Package haltline.tool is asked before each tool call (DESIGN §6, §11).
+# Package haltline.tool is asked before each tool call (docs/design.md §6, §11).
 #
 # Answer:
 #   decision  {"allow": bool, "approval": bool, "level": "L0"|"L1"|"L2", "reason": string}
@@ -12,7 +12,7 @@
 #   data.haltline.tool_defaults.use_hints     trust MCP annotations of unknown tools
 #                                             (readOnlyHint → L0, destructiveHint → L2)
 #
-# The registry is policy data, never what the model says (DESIGN §6). The
+# The registry is policy data, never what the model says (docs/design.md §6). The
 # gateway loads the levels declared in its config into data.haltline.tools,
 # where a policy directory's data.json may override them.
 package haltline.tool

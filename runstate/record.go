@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Record is the termination record of DESIGN §5, served by the control plane.
+// Record is the termination record of docs/design.md §5, served by the control plane.
 type Record struct {
 	Identity
 	Status                 State       `json:"status"`

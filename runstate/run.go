@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// Counters are a run's meters (DESIGN §4). Money is in pico-USD.
+// Counters are a run's meters (docs/design.md §4). Money is in pico-USD.
 type Counters struct {
 	AgentSteps       int64 `json:"agent_steps"`
 	ModelCalls       int64 `json:"model_calls"`

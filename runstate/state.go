@@ -1,6 +1,6 @@
 package runstate
 
-// State is a run's place in the state machine of DESIGN §4.
+// State is a run's place in the state machine of docs/design.md §4.
 type State string
 
 const (
@@ -24,7 +24,7 @@ func (s State) Final() bool {
 	return false
 }
 
-// Termination reasons (DESIGN §5).
+// Termination reasons (docs/design.md §5).
 const (
 	ReasonCompleted      = "completed"
 	ReasonMaxSteps       = "max_steps"

@@ -77,7 +77,7 @@ const (
 	defaultMaxRuns = 10000
 )
 
-// tracedStates are the states that become spans (DESIGN §4). ready is the
+// tracedStates are the states that become spans (docs/design.md §4). ready is the
 // agent's own time between calls: the gap between spans shows it.
 var tracedStates = map[string]bool{
 	string(runstate.Deciding): true, string(runstate.ExecutingTools): true, string(runstate.Paused): true,

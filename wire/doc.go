@@ -1,6 +1,6 @@
 // Package wire holds the vocabulary of the parse stage: what the gateway
 // reads from a model request and response (a few fields, never a full
-// unmarshal), the normalised token usage of DESIGN §12, and the Codec
+// unmarshal), the normalised token usage of docs/design.md §12, and the Codec
 // interface that each provider's adapter (wire/openai, wire/anthropic)
 // implements, with what every adapter checks alike: the bounds of an
 // output cap (OutputCap), the refusal of a body nested too deeply

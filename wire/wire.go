@@ -36,7 +36,7 @@ func (a API) Provider() string {
 	return "openai"
 }
 
-// Usage is a call's token usage normalised to DESIGN §12: InputTokens is the
+// Usage is a call's token usage normalised to docs/design.md §12: InputTokens is the
 // whole prompt (OpenAI prompt_tokens with cached included; Anthropic
 // input_tokens + cache reads + cache writes); CachedTokens (cache reads),
 // CacheWriteTokens and ReasoningTokens are detail counts inside input and
@@ -93,7 +93,7 @@ type Request struct {
 	Tools string
 	// SerialTools is the pipeline's decision, set before PrepareUpstream:
 	// the model must ask for one tool call at a time because a tool on
-	// offer has a side effect (DESIGN §6 levels L1, L2).
+	// offer has a side effect (docs/design.md §6 levels L1, L2).
 	SerialTools bool
 	BodyBytes   int // size of the request body, the input estimate's basis
 

@@ -1,7 +1,7 @@
 // Package redisstore owns the Redis implementations of the ledger book
 // (Book, an accounting.Book shared by every replica on one Redis) and of the
 // store (Store, a store.Store), so that several gateway replicas share
-// budgets and persisted runs (DESIGN §9).
+// budgets and persisted runs (docs/design.md §9).
 //
 // It must not hold business rules beyond the ledger arithmetic the Book
 // contract defines (all-or-nothing reservation, final reserve, windows,

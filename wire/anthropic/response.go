@@ -7,7 +7,7 @@ import (
 	"github.com/haltline/haltline/wire/jsonscan"
 )
 
-// usage holds Anthropic's raw counts; norm applies DESIGN §12.
+// usage holds Anthropic's raw counts; norm applies docs/design.md §12.
 type usage struct {
 	input, output, cacheRead, cacheWrite int64
 }

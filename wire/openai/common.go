@@ -10,7 +10,7 @@ import (
 )
 
 // usageFrom reads an OpenAI usage object in either API's naming into the
-// normalised wire.Usage (DESIGN §12): the prompt count already includes cached
+// normalised wire.Usage (docs/design.md §12): the prompt count already includes cached
 // tokens, and reasoning tokens are part of the output count, so the detail
 // counts are copied, never added.
 func usageFrom(raw string) (wire.Usage, bool) {
