@@ -137,41 +137,58 @@ func callOutput(callID, output string) responses.ResponseInputItemUnionParam {
 		CallID: openai.String(callID), Output: responses.ResponseInputItemFunctionCallOutputOutputUnionParam{OfString: openai.String(output)}}}
 }
 
-// The Responses API's function_call_output is cut the same way.
+// The Responses API's function_call_output is cut the same way, streamed or
+// not.
 func TestLongToolOutputCutResponses(t *testing.T) {
 	t.Parallel()
-	up := newUpstream(t, spServeFixture(t, "openai-responses/response-function-call-reasoning.json"))
-	g := startGateway(t, up.URL)
-	big := bigToolOutput()
-	input := responses.ResponseInputParam{
-		responses.ResponseInputItemParamOfMessage("Read yesterday's checkout logs.", responses.EasyInputMessageRoleUser),
-		responses.ResponseInputItemParamOfFunctionCall(`{"day":"2026-12-05"}`, "call_logs_1", "read_logs"),
-		callOutput("call_logs_1", big),
-	}
-	client := openaiClient(g)
-	for step := range 2 {
-		if step == 1 {
-			input = append(input,
-				responses.ResponseInputItemParamOfFunctionCall(`{}`, "call_metrics_1", "get_metrics"),
-				callOutput("call_metrics_1", "p99 4.2s"))
-		}
-		if _, err := client.Responses.New(context.Background(), responses.ResponseNewParams{Model: "gpt-5.5",
-			Input: responses.ResponseNewParamsInputUnion{OfInputItemList: input}},
-			option.WithHeader("X-Run-Id", "r-responses-cut")); err != nil {
-			t.Fatal(err)
-		}
-	}
-	reqs := up.requests()
-	if len(reqs) != 2 {
-		t.Fatalf("upstream saw %d calls", len(reqs))
-	}
-	first, second := gjson.GetBytes(reqs[0].Body, "input").Raw, gjson.GetBytes(reqs[1].Body, "input").Raw
-	for _, in := range []string{first, second} {
-		if strings.Contains(in, "MIDDLE-MARKER") || len(in) > 8<<10 || !handleInText.MatchString(in) {
-			t.Fatalf("forwarded input of %d bytes, cut: %v", len(in), !strings.Contains(in, "MIDDLE-MARKER"))
-		}
-	}
-	if !strings.HasPrefix(second, first[:len(first)-1]) {
-		t.Fatal("the second call's input does not start with the first's")
+	for _, stream := range []bool{false, true} {
+		t.Run(map[bool]string{false: "whole", true: "stream"}[stream], func(t *testing.T) {
+			t.Parallel()
+			fixture := "openai-responses/response-function-call-reasoning.json"
+			if stream {
+				fixture = "openai-responses/stream-function-call.sse"
+			}
+			up := newUpstream(t, spServeFixture(t, fixture))
+			g := startGateway(t, up.URL)
+			big := bigToolOutput()
+			input := responses.ResponseInputParam{
+				responses.ResponseInputItemParamOfMessage("Read yesterday's checkout logs.", responses.EasyInputMessageRoleUser),
+				responses.ResponseInputItemParamOfFunctionCall(`{"day":"2026-12-05"}`, "call_logs_1", "read_logs"),
+				callOutput("call_logs_1", big),
+			}
+			client := openaiClient(g)
+			for step := range 2 {
+				if step == 1 {
+					input = append(input,
+						responses.ResponseInputItemParamOfFunctionCall(`{}`, "call_metrics_1", "get_metrics"),
+						callOutput("call_metrics_1", "p99 4.2s"))
+				}
+				params := responses.ResponseNewParams{Model: "gpt-5.5", Input: responses.ResponseNewParamsInputUnion{OfInputItemList: input}}
+				run := option.WithHeader("X-Run-Id", "r-responses-cut")
+				if stream {
+					s := client.Responses.NewStreaming(context.Background(), params, run)
+					for s.Next() {
+					}
+					if err := s.Err(); err != nil {
+						t.Fatal(err)
+					}
+				} else if _, err := client.Responses.New(context.Background(), params, run); err != nil {
+					t.Fatal(err)
+				}
+			}
+			reqs := up.requests()
+			if len(reqs) != 2 {
+				t.Fatalf("upstream saw %d calls", len(reqs))
+			}
+			first, second := gjson.GetBytes(reqs[0].Body, "input").Raw, gjson.GetBytes(reqs[1].Body, "input").Raw
+			for _, in := range []string{first, second} {
+				if strings.Contains(in, "MIDDLE-MARKER") || len(in) > 8<<10 || !handleInText.MatchString(in) {
+					t.Fatalf("forwarded input of %d bytes, cut: %v", len(in), !strings.Contains(in, "MIDDLE-MARKER"))
+				}
+			}
+			if !strings.HasPrefix(second, first[:len(first)-1]) {
+				t.Fatal("the second call's input does not start with the first's")
+			}
+		})
 	}
 }
