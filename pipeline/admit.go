@@ -121,7 +121,7 @@ func (p *Pipeline) beginLocked(ctx context.Context, t *Turn, r *runstate.Run, cr
 				p.unavailable(t, err)
 			} else {
 				// Fail closed: a policy that cannot answer never means allow.
-				p.log.Error("policy evaluation failed", "run_id", r.ID, "err", err)
+				p.log.Error("policy evaluation failed", "run_id", runstate.NameOf(r.ID), "tenant", runstate.TenantOf(r.ID), "err", err)
 				t.Answer = errorAnswer(codec, wire.ErrUnavailable, "policy unavailable", nil)
 			}
 			return
@@ -233,7 +233,7 @@ func (p *Pipeline) admit(ctx context.Context, t *Turn, g *governance, now time.T
 			Name: t.Req.Model, Provider: t.Req.API.Provider(), Stream: t.Req.Stream, MaxOutputTokens: t.Req.MaxOutputTokens}}
 		d, err := p.pol.Model(ctx, in)
 		if err != nil {
-			p.log.Error("model policy failed", "run_id", r.ID, "err", err)
+			p.log.Error("model policy failed", "run_id", runstate.NameOf(r.ID), "tenant", runstate.TenantOf(r.ID), "err", err)
 			t.Answer = errorAnswer(t.codec, wire.ErrUnavailable, "policy unavailable", nil)
 			return true
 		}
@@ -254,7 +254,7 @@ func (p *Pipeline) admit(ctx context.Context, t *Turn, g *governance, now time.T
 // unavailable refuses a call that draws on a budget while the ledger book
 // cannot be reached: fail closed, and the SDK may retry later.
 func (p *Pipeline) unavailable(t *Turn, err error) bool {
-	p.log.Error("ledger book unavailable", "run_id", t.run.ID, "err", err)
+	p.log.Error("ledger book unavailable", "run_id", runstate.NameOf(t.run.ID), "tenant", runstate.TenantOf(t.run.ID), "err", err)
 	t.Answer = errorAnswer(t.codec, wire.ErrUnavailable, "budget store unavailable, retry later", nil)
 	return true
 }

@@ -62,7 +62,7 @@ func (p *Pipeline) endChild(id string, term runstate.Termination) {
 	if err != nil {
 		if err != ErrNoRun {
 			// Its next call finds the ended parent (endedAncestor).
-			p.log.Warn("ending a sub-agent run failed", "run_id", id, "err", err)
+			p.log.Warn("ending a sub-agent run failed", "run_id", runstate.NameOf(id), "tenant", runstate.TenantOf(id), "err", err)
 		}
 		return
 	}

@@ -63,7 +63,7 @@ func (p *Pipeline) rewriteContext(ctx context.Context, t *Turn, g *governance, n
 	}
 	out, rep, err := rw.Rewrite(ctx, t.Req.API, body, wm, st)
 	if err != nil {
-		p.log.Warn("context rewrite failed; forwarding as sent", "run_id", r.ID, "err", err)
+		p.log.Warn("context rewrite failed; forwarding as sent", "run_id", runstate.NameOf(r.ID), "tenant", runstate.TenantOf(r.ID), "err", err)
 		return body
 	}
 	detail := fmt.Sprintf("%d → %d tokens (watermark %d): %d cut, %d deduplicated, %d dropped",
@@ -138,7 +138,7 @@ func (p *Pipeline) cutToolOutput(t *Turn, g *governance, body []byte, now time.T
 	out, rep, err := rw.Cut(t.Req.API, body, st)
 	r := t.run
 	if err != nil {
-		p.log.Warn("tool output cut failed; forwarding as sent", "run_id", r.ID, "err", err)
+		p.log.Warn("tool output cut failed; forwarding as sent", "run_id", runstate.NameOf(r.ID), "tenant", runstate.TenantOf(r.ID), "err", err)
 		return body
 	}
 	if rep.Cut == 0 {

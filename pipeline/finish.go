@@ -63,12 +63,12 @@ func (p *Pipeline) Finish(ctx context.Context, t *Turn, out Outcome) *Answer {
 	if lockErr != nil {
 		// Settle anyway: the book is the source of truth for money; the
 		// run's record catches up at its next call.
-		p.log.Error("run lock unavailable at settlement", "run_id", r.ID, "err", lockErr)
+		p.log.Error("run lock unavailable at settlement", "run_id", runstate.NameOf(r.ID), "tenant", runstate.TenantOf(r.ID), "err", lockErr)
 		unlock = func() {}
 	}
 	r.Mu.Lock()
 	if err := p.refresh(r, pre); err != nil {
-		p.log.Error("run refresh failed at settlement", "run_id", r.ID, "err", err)
+		p.log.Error("run refresh failed at settlement", "run_id", runstate.NameOf(r.ID), "tenant", runstate.TenantOf(r.ID), "err", err)
 	}
 	// A stream's reservation read the headroom its headers showed; what the
 	// headers show after Finish is read anew (with the settlement, when the
@@ -125,7 +125,7 @@ func (p *Pipeline) response(t *Turn, out Outcome) wire.Response {
 	}
 	resp, err := t.codec.ParseResponse(out.Body)
 	if err != nil {
-		p.log.Warn("unreadable upstream response", "run_id", t.run.ID, "err", err)
+		p.log.Warn("unreadable upstream response", "run_id", runstate.NameOf(t.run.ID), "tenant", runstate.TenantOf(t.run.ID), "err", err)
 	}
 	return resp
 }
@@ -280,7 +280,7 @@ func (p *Pipeline) settle(ctx context.Context, t *Turn, g *governance, resp *wir
 	u, cost := s.usage, s.cost
 	if err != nil {
 		// The money was spent: keep trying until the book is back.
-		p.log.Error("settlement deferred: ledger book unavailable", "run_id", r.ID, "err", err)
+		p.log.Error("settlement deferred: ledger book unavailable", "run_id", runstate.NameOf(r.ID), "tenant", runstate.TenantOf(r.ID), "err", err)
 		p.deferSettle(t.res, s.actual, now)
 	}
 	if resp.HasUsage && !t.wrapUp {
@@ -443,7 +443,7 @@ func errDetail(err error) string {
 func (p *Pipeline) release(t *Turn, g *governance) {
 	if err := p.book.Release(context.Background(), t.res); err != nil {
 		// The lease frees it at the latest: a release can wait.
-		p.log.Warn("release failed; the lease will free the budget", "run_id", t.run.ID, "err", err)
+		p.log.Warn("release failed; the lease will free the budget", "run_id", runstate.NameOf(t.run.ID), "tenant", runstate.TenantOf(t.run.ID), "err", err)
 	}
 	p.closeReservation(t, g)
 }

@@ -315,7 +315,7 @@ func (p *Pipeline) persistOps(r *runstate.Run) []store.Op {
 	}
 	v, err := encodeRun(&run, g)
 	if err != nil {
-		p.log.Error("cannot encode run", "run_id", r.ID, "err", err)
+		p.log.Error("cannot encode run", "run_id", runstate.NameOf(r.ID), "tenant", runstate.TenantOf(r.ID), "err", err)
 		return nil
 	}
 	var key []byte
@@ -458,12 +458,12 @@ func (p *Pipeline) wait(ch <-chan error, runID string) (committed bool) {
 		case err = <-ch:
 			t.Stop()
 		case <-t.C:
-			p.log.Error("persisting run timed out", "run_id", runID)
+			p.log.Error("persisting run timed out", "run_id", runstate.NameOf(runID), "tenant", runstate.TenantOf(runID))
 			return false
 		}
 	}
 	if err != nil {
-		p.log.Error("persisting run failed", "run_id", runID, "err", err)
+		p.log.Error("persisting run failed", "run_id", runstate.NameOf(runID), "tenant", runstate.TenantOf(runID), "err", err)
 	}
 	return err == nil
 }

@@ -176,7 +176,7 @@ func (p *Pipeline) startRecording(ctx context.Context, r *runstate.Run, call *Ca
 	}
 	a, err := p.pol.Recording(ctx, in)
 	if err != nil {
-		p.log.Warn("recording policy failed; run not recorded", "run_id", r.ID, "err", err)
+		p.log.Warn("recording policy failed; run not recorded", "run_id", runstate.NameOf(r.ID), "tenant", runstate.TenantOf(r.ID), "err", err)
 		return
 	}
 	if !a.Enabled || !sampled(r.ID, a.Sample) {

@@ -170,7 +170,7 @@ func (p *Pipeline) governanceOf(b *runBlob) *governance {
 	g.guard = newGuard(g)
 	if len(b.Guard) > 0 {
 		if err := g.guard.UnmarshalBinary(b.Guard); err != nil {
-			p.log.Warn("loop guard state not restored", "run_id", b.Run.ID, "err", err)
+			p.log.Warn("loop guard state not restored", "run_id", runstate.NameOf(b.Run.ID), "tenant", runstate.TenantOf(b.Run.ID), "err", err)
 		}
 	}
 	return g

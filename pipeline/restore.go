@@ -70,7 +70,7 @@ func (p *Pipeline) restoreRuns(ctx context.Context, st store.Store, now time.Tim
 				created, err := p.restoreRun(ctx, s.snapshot, now)
 				if err != nil {
 					key := string(s.key)
-					p.log.Error("run not restored", "run_id", key, "err", err)
+					p.log.Error("run not restored", "run_id", runstate.NameOf(key), "tenant", runstate.TenantOf(key), "err", err)
 					failMu.Lock()
 					if len(fails) < maxRestoreErrors {
 						fails = append(fails, fmt.Errorf("run %q: %w", key, err))

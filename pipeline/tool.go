@@ -238,7 +238,7 @@ func (p *Pipeline) beginToolLocked(ctx context.Context, tt *ToolTurn, r *runstat
 				tt.Answer = &ToolAnswer{Kind: ToolBadRequest, Status: 404, Message: err.Error(), Reason: "parent_not_found"}
 				return
 			}
-			p.log.Error("run governance failed", "run_id", r.ID, "err", err)
+			p.log.Error("run governance failed", "run_id", runstate.NameOf(r.ID), "tenant", runstate.TenantOf(r.ID), "err", err)
 			tt.Answer = unavailableTool("policy unavailable")
 			return
 		}
@@ -291,7 +291,7 @@ func (p *Pipeline) beginToolLocked(ctx context.Context, tt *ToolTurn, r *runstat
 	// Gate 3: policy and the danger level.
 	d, err := p.toolDecision(ctx, r, call, entry, fp, now)
 	if err != nil {
-		p.log.Error("tool policy failed", "run_id", r.ID, "tool", call.Name, "err", err)
+		p.log.Error("tool policy failed", "run_id", runstate.NameOf(r.ID), "tenant", runstate.TenantOf(r.ID), "tool", call.Name, "err", err)
 		tt.Answer = unavailableTool("policy unavailable")
 		return
 	}
@@ -348,7 +348,7 @@ func (p *Pipeline) beginToolLocked(ctx context.Context, tt *ToolTurn, r *runstat
 		tt.cost = accounting.USD(entry.CostUSD)
 		res, short, err := p.book.Reserve(ctx, g.ledgers, accounting.Vector{Cost: tt.cost}, false, p.opts.Lease, now)
 		if err != nil {
-			p.log.Error("ledger book unavailable", "run_id", r.ID, "err", err)
+			p.log.Error("ledger book unavailable", "run_id", runstate.NameOf(r.ID), "tenant", runstate.TenantOf(r.ID), "err", err)
 			tt.Answer = unavailableTool("budget store unavailable, retry later")
 			return
 		}
@@ -445,7 +445,7 @@ func (p *Pipeline) finishToolLocked(ctx context.Context, tt *ToolTurn, out ToolO
 		if out.Err != nil {
 			_ = p.book.Release(ctx, tt.hold)
 		} else if err := p.book.Settle(ctx, tt.hold, accounting.Vector{Cost: tt.cost}, now); err != nil {
-			p.log.Error("settlement deferred: ledger book unavailable", "run_id", r.ID, "err", err)
+			p.log.Error("settlement deferred: ledger book unavailable", "run_id", runstate.NameOf(r.ID), "tenant", runstate.TenantOf(r.ID), "err", err)
 			p.deferSettle(tt.hold, accounting.Vector{Cost: tt.cost}, now)
 		}
 		if out.Err == nil {

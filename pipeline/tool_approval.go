@@ -132,7 +132,7 @@ func (p *Pipeline) approvalGate(tt *ToolTurn, r *runstate.Run, g *governance, ts
 	}
 	r.Record(now, runstate.Event{Type: runstate.EventToolCall, Tool: call.Name, ArgumentsHash: tt.fp,
 		Detail: "held for approval: ticket " + a.Ticket})
-	p.log.Info("tool call held for approval", "run_id", r.ID, "tool", call.Name, "ticket", a.Ticket,
+	p.log.Info("tool call held for approval", "run_id", runstate.NameOf(r.ID), "tenant", runstate.TenantOf(r.ID), "tool", call.Name, "ticket", a.Ticket,
 		"arguments_hash", tt.fp)
 	return pendingAnswer(a)
 }
@@ -340,7 +340,7 @@ func (p *Pipeline) Decide(ticket, decision, by string) (Approval, error) {
 		p.terminate(r, g, runstate.Termination{Reason: runstate.ReasonApprovalDenied,
 			Detail: fmt.Sprintf("%s denied by %s (ticket %s)", a.Tool, by, a.Ticket)}, runstate.Terminated, now)
 	}
-	p.log.Info("approval decided", "run_id", r.ID, "ticket", a.Ticket, "decision", a.Status, "by", by)
+	p.log.Info("approval decided", "run_id", runstate.NameOf(r.ID), "tenant", runstate.TenantOf(r.ID), "ticket", a.Ticket, "decision", a.Status, "by", by)
 	c := *a
 	saved := p.persist(r)
 	r.Mu.Unlock()

@@ -36,7 +36,7 @@ func (p *Pipeline) governModelToolCalls(t *Turn, g *governance, resp *wire.Respo
 		switch {
 		case err != nil:
 			// Fail closed: a policy that cannot answer never allows.
-			p.log.Error("tool policy failed", "run_id", r.ID, "tool", tc.Name, "err", err)
+			p.log.Error("tool policy failed", "run_id", runstate.NameOf(r.ID), "tenant", runstate.TenantOf(r.ID), "tool", tc.Name, "err", err)
 			detail = fmt.Sprintf("tool call %s: policy unavailable", tc.Name)
 		case !d.Allow:
 			detail = fmt.Sprintf("tool call %s denied: %s", tc.Name, d.Reason)
