@@ -39,7 +39,7 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// TestShort runs `go run ./bench -short`: direct, floor and the real
+// TestShort runs `go run . -short`: direct, floor and the real
 // gateway binary, every phase, and requires every request to succeed.
 func TestShort(t *testing.T) {
 	results := filepath.Join(t.TempDir(), "results.json")
@@ -561,9 +561,9 @@ func TestVariantRunsItsBinary(t *testing.T) {
 	dir := t.TempDir()
 	bin := os.Getenv("HALTLINE_BENCH_GATEWAY_BIN")
 	if bin == "" {
-		bin = filepath.Join(dir, "gateway")
-		if out, err := exec.Command("go", "build", "-o", bin, "github.com/haltline/haltline/cmd/gateway").CombinedOutput(); err != nil {
-			t.Fatalf("go build: %v\n%s", err, out)
+		var err error
+		if bin, err = buildGateway(t.Context(), dir, ""); err != nil {
+			t.Fatal(err)
 		}
 	}
 	// The variant's binary notes each start, then is the gateway.

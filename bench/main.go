@@ -16,8 +16,11 @@
 // within each phase (-turns), so that what a shared machine does in one
 // minute weighs on every target's figures, not on one's.
 //
-//	go run ./bench -short                          # CI: a few seconds, no speed assertions
-//	go run ./bench -json bench/out/results.json    # full: 3 rounds, a few minutes
+// It is a module of its own (bench/go.mod), so that its load generator is no
+// dependency of the gateway's; run it from bench/:
+//
+//	go run . -short                    # CI: a few seconds, no speed assertions
+//	go run . -json out/results.json    # full: 3 rounds, a few minutes
 //
 // The mock upstream and the floor proxy are this same binary started again
 // in another role (HALTLINE_BENCH_ROLE), so that each is a process of its
@@ -216,7 +219,7 @@ func parseOptions(args []string) (options, error) {
 			return o, fmt.Errorf("-variant %s: the name is taken by a built-in target", v.name)
 		}
 	}
-	o.command = "go run ./bench " + strings.Join(args, " ")
+	o.command = "cd bench && go run . " + strings.Join(args, " ")
 	return o, nil
 }
 

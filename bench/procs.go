@@ -329,22 +329,51 @@ next:
 	return out
 }
 
-// buildGateway compiles ./cmd/gateway of the module the harness sits in,
-// with the build tags given (none: the release build).
+// buildGateway compiles ./cmd/gateway with the build tags given (none: the
+// release build). It builds inside the gateway's own module, the one this
+// module's replace directive points at, so that the binary measured has the
+// dependency versions the gateway's go.mod selects, not those the harness's
+// module (with vegeta) would.
 func buildGateway(ctx context.Context, dir, tags string) (string, error) {
+	root, err := gatewayModuleDir(ctx)
+	if err != nil {
+		return "", err
+	}
 	bin := filepath.Join(dir, "gateway")
 	args := []string{"build"}
 	if tags != "" {
 		bin += "-" + tags
 		args = append(args, "-tags", tags)
 	}
-	args = append(args, "-o", bin)
-	cmd := exec.CommandContext(ctx, "go", append(args, "github.com/haltline/haltline/cmd/gateway")...)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("go %s ./cmd/gateway: %v\n%s", strings.Join(args, " "), err, out)
+	args = append(args, "-o", bin, "./cmd/gateway")
+	cmd := exec.CommandContext(ctx, "go", args...)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go %s (in %s): %v\n%s", strings.Join(args, " "), root, err, out)
 	}
 	return bin, nil
+}
+
+// gatewayModule is the module whose gateway the harness measures.
+const gatewayModule = "github.com/haltline/haltline"
+
+// gatewayModuleDir is the directory of gatewayModule's sources, as the
+// harness's go.mod resolves it (the repository's root, through its replace
+// directive), whatever directory the harness runs from.
+func gatewayModuleDir(ctx context.Context) (string, error) {
+	out, err := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}", gatewayModule).Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			err = fmt.Errorf("%v: %s", err, ee.Stderr)
+		}
+		return "", fmt.Errorf("go list -m %s: %w", gatewayModule, err)
+	}
+	dir := strings.TrimSpace(string(out))
+	if dir == "" {
+		return "", fmt.Errorf("go list -m %s: no directory (run the harness from its module, bench/)", gatewayModule)
+	}
+	return dir, nil
 }
 
 // The targets of -decompose: the gateway built with the haltline_decompose
