@@ -1,12 +1,12 @@
-// Command bench is Haltline's load harness (issue 10): it measures what the
+// Command bench is Haltline's load harness: it measures what the
 // gateway adds to a model call, black-box, against references measured in
 // the same run and on the same machine:
 //
 //   - direct: the load generator talks to the mock upstream itself;
 //   - floor: a bare httputil.ReverseProxy in front of the same mock, the
 //     least any Go proxy can add;
-//   - nginx, when a binary is found (-nginx): the proxy the issue's stream
-//     target names, one process with upstream keep-alive and unbuffered
+//   - nginx, when a binary is found (-nginx): the reference for streams'
+//     time to first byte, one process with upstream keep-alive and unbuffered
 //     responses; a reference like the floor, never checked itself;
 //   - haltline: the real gateway binary, every default feature on (run
 //     tracking, metering, policy, loop guard), plus any -variant.
