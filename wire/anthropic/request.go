@@ -223,20 +223,38 @@ func (h *history) read(s string, i int) int {
 // its text blocks. Tool results and cache marks are left out: frameworks
 // move cache_control from message to message between calls.
 func userTextHash(raw string) uint64 {
-	if raw == "" {
+	switch {
+	case raw == "":
+		return 0
+	case raw[0] == '"':
+		return wire.TextHash(strBody(raw))
+	case raw[0] != '[':
 		return 0
 	}
-	content := gjson.Parse(raw)
-	if content.Type == gjson.String {
-		return wire.TextHash(strBody(raw))
-	}
+	// The history's walk validated these bytes: each block is skipped by
+	// the scanner (tool results are most of a long history), and only a
+	// text block's text is read.
 	var tb [512]byte
 	text := tb[:0]
-	content.ForEach(func(_, b gjson.Result) bool {
-		if b.Get("type").Str == "text" {
-			text = appendUnescaped(text, strBody(rawMember(b.Raw, "text")))
+	jsonscan.Array(raw, 0, func(v int) int {
+		if raw[v] != '{' {
+			return jsonscan.SkipValue(raw, v)
 		}
-		return true
+		var typ, txt string
+		end := jsonscan.Object(raw, v, false, func(key string, _, vs int) int {
+			e := jsonscan.SkipValue(raw, vs)
+			switch key {
+			case "type":
+				typ = raw[vs:e]
+			case "text":
+				txt = raw[vs:e]
+			}
+			return e
+		})
+		if txt != "" && stringIs(typ, "text") {
+			text = appendUnescaped(text, strBody(txt))
+		}
+		return end
 	})
 	return wire.TextHash(view(text))
 }
