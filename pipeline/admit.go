@@ -55,9 +55,9 @@ func (p *Pipeline) Begin(ctx context.Context, call *Call, codec wire.Codec) *Tur
 			unlock()
 		}
 	}()
-	r.Mu.Lock()
+	r.Lock()
 	if err := p.refresh(r, pre); err != nil {
-		r.Mu.Unlock()
+		r.Unlock()
 		p.unavailable(t, err)
 		return t
 	}
@@ -93,7 +93,7 @@ func (p *Pipeline) Begin(ctx context.Context, call *Call, codec wire.Codec) *Tur
 	default:
 		p.persistPendingLater(r) // the run itself is written at Finish
 	}
-	r.Mu.Unlock()
+	r.Unlock()
 	switch {
 	case t.committing != nil:
 		released = true // by Finish, which lands the commit

@@ -66,7 +66,7 @@ func (p *Pipeline) Finish(ctx context.Context, t *Turn, out Outcome) *Answer {
 		p.log.Error("run lock unavailable at settlement", "run_id", runstate.NameOf(r.ID), "tenant", runstate.TenantOf(r.ID), "err", lockErr)
 		unlock = func() {}
 	}
-	r.Mu.Lock()
+	r.Lock()
 	if err := p.refresh(r, pre); err != nil {
 		p.log.Error("run refresh failed at settlement", "run_id", runstate.NameOf(r.ID), "tenant", runstate.TenantOf(r.ID), "err", err)
 	}
@@ -78,7 +78,7 @@ func (p *Pipeline) Finish(ctx context.Context, t *Turn, out Outcome) *Answer {
 	p.recordFinish(t, out, cut, now)
 	p.closeReservation(t, govOf(r))
 	saved, carried := p.persistReleasing(r, pre.release)
-	r.Mu.Unlock()
+	r.Unlock()
 	if t.unreg != nil {
 		t.unreg()
 	}
@@ -256,9 +256,9 @@ func (p *Pipeline) settleAhead(t *Turn, actual accounting.Vector, now time.Time)
 	if _, riding := p.opts.RunLock.(lockRiding); !ok || !riding {
 		return nil
 	}
-	t.run.Mu.Lock()
+	t.run.Lock()
 	ledgers := govOf(t.run).ledgers
-	t.run.Mu.Unlock()
+	t.run.Unlock()
 	return sr.SettleRider(t.res, actual, now, ledgers, true)
 }
 

@@ -148,7 +148,7 @@ const persistWait = 5 * time.Second
 
 // persist queues the run's changes — its snapshot, new events, new lineage
 // keys, the ledgers it draws on, reservations opened or closed — as one
-// atomic write. The caller holds r.Mu; it may wait on the returned channel
+// atomic write. The caller holds r's mutex; it may wait on the returned channel
 // after unlocking.
 func (p *Pipeline) persist(r *runstate.Run) <-chan error {
 	ops := p.persistOps(r)
@@ -199,7 +199,7 @@ type commitBehind struct {
 // persistBehind is persistReleasing for a caller that goes on without
 // waiting for the commit, when the store can commit away from it: then
 // it returns the commit to land later, else nil (nothing persisted yet:
-// the caller persists as before). The caller holds r.Mu.
+// the caller persists as before). The caller holds r's mutex.
 func (p *Pipeline) persistBehind(r *runstate.Run, release store.Op, unlock func()) *commitBehind {
 	ab, ok := p.opts.Store.(behindApplier)
 	if !ok {
@@ -232,7 +232,7 @@ const saveSoonWait = 10 * time.Millisecond
 // provider: that call's Finish writes it whole, most often within
 // saveSoonWait, and writing it here as well encoded its snapshot twice, the
 // first time on the way to the provider (a stream's time to first byte).
-// Past saveSoonWait, SaveUnsaved writes it. The caller holds r.Mu.
+// Past saveSoonWait, SaveUnsaved writes it. The caller holds r's mutex.
 func (p *Pipeline) saveSoon(r *runstate.Run) {
 	g := govOf(r)
 	p.reportTransitions(r, g)
@@ -258,14 +258,14 @@ func (p *Pipeline) SaveUnsaved() {
 	p.soonTimer.Stop()
 	p.soonMu.Unlock()
 	for _, r := range runs {
-		r.Mu.Lock()
+		r.Lock()
 		if g := govOf(r); g != nil && g.unsaved {
 			if ops := p.persistOps(r); ops != nil {
 				// With the next commit: one a run was a write(2) each.
 				p.opts.Store.Later(ops)
 			}
 		}
-		r.Mu.Unlock()
+		r.Unlock()
 	}
 }
 

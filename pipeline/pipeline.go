@@ -74,7 +74,7 @@ func (p *Pipeline) ended(r *runstate.Run, state runstate.State, term runstate.Te
 
 // reportTransitions hands the transitions recorded since the last report to
 // the observer. It runs at every persist, the one place every state change
-// passes, whichever stage made it. The caller holds r.Mu.
+// passes, whichever stage made it. The caller holds r's mutex.
 func (p *Pipeline) reportTransitions(r *runstate.Run, g *governance) {
 	if g == nil {
 		return

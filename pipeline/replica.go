@@ -87,7 +87,7 @@ func (p *Pipeline) lockRunRiding(ctx context.Context, runID string, ledger bool,
 
 // refresh loads the run's latest persisted version when another replica
 // moved it since this one did: from pre when its lock read it, else from
-// the store. The caller holds r.Mu (and the run lock).
+// the store. The caller holds r's mutex (and the run lock).
 func (p *Pipeline) refresh(r *runstate.Run, pre prefetched) error {
 	if !p.shared() {
 		return nil
@@ -212,12 +212,12 @@ func (p *Pipeline) lookup(key string) (*runstate.Run, error) {
 	r, err := p.getRun(string(v))
 	if r != nil {
 		// Indexed again as the run's own key, so it leaves memory with it.
-		r.Mu.Lock()
+		r.Lock()
 		if g := govOf(r); g != nil {
 			p.runs.Index(key, r.ID)
 			p.keepKey(g, key, r.ID)
 		}
-		r.Mu.Unlock()
+		r.Unlock()
 	}
 	return r, err
 }
@@ -234,8 +234,8 @@ func (p *Pipeline) Record(id string) (runstate.Record, bool, error) {
 	if err != nil || r == nil {
 		return runstate.Record{}, false, err
 	}
-	r.Mu.Lock()
-	defer r.Mu.Unlock()
+	r.Lock()
+	defer r.Unlock()
 	if err := p.refresh(r, prefetched{}); err != nil {
 		return runstate.Record{}, false, err
 	}
@@ -251,9 +251,9 @@ func (p *Pipeline) Events(id string) ([]runstate.Event, bool, error) {
 		return nil, false, err
 	}
 	if r := p.runs.Get(id); r != nil && !p.shared() {
-		r.Mu.Lock()
+		r.Lock()
 		events, complete := append([]runstate.Event(nil), r.Events...), r.EventsComplete()
-		r.Mu.Unlock()
+		r.Unlock()
 		if complete || p.opts.Store == nil {
 			return events, true, nil
 		}
@@ -301,9 +301,9 @@ func (p *Pipeline) Records(f runstate.Filter) ([]runstate.Record, error) {
 					return err
 				}
 			}
-			r.Mu.Lock()
+			r.Lock()
 			rec := r.Snapshot(now)
-			r.Mu.Unlock()
+			r.Unlock()
 			if f.Match(rec) {
 				out = append(out, rec)
 			}

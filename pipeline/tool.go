@@ -190,9 +190,9 @@ func (p *Pipeline) beginTool(ctx context.Context, call *ToolCall) *ToolTurn {
 			unlock()
 		}
 	}()
-	r.Mu.Lock()
+	r.Lock()
 	if err := p.refresh(r, pre); err != nil {
-		r.Mu.Unlock()
+		r.Unlock()
 		tt.Answer = unavailableTool("run store unavailable, retry later")
 		return tt
 	}
@@ -207,7 +207,7 @@ func (p *Pipeline) beginTool(ctx context.Context, call *ToolCall) *ToolTurn {
 	if tt.committing == nil {
 		saved, carried = p.persistReleasing(r, pre.release)
 	}
-	r.Mu.Unlock()
+	r.Unlock()
 	if tt.committing != nil {
 		released = true
 		return tt
@@ -420,10 +420,10 @@ func (p *Pipeline) FinishTool(ctx context.Context, tt *ToolTurn, out ToolOutcome
 	if lockErr != nil {
 		unlock = func() {}
 	}
-	r.Mu.Lock()
+	r.Lock()
 	res := p.finishToolLocked(ctx, tt, out)
 	saved, carried := p.persistReleasing(r, pre.release)
-	r.Mu.Unlock()
+	r.Unlock()
 	if tt.unreg != nil {
 		tt.unreg()
 	}
