@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/haltline/haltline/pipeline/runtx"
 	"github.com/haltline/haltline/runstate"
 )
 
@@ -116,16 +117,11 @@ func (p *Pipeline) endedAncestor(r *runstate.Run) *runstate.Termination {
 // parent is brought up to date and written under its lock. The caller
 // holds r's mutex and not parent's mutex.
 func (p *Pipeline) listChild(ctx context.Context, parent, r *runstate.Run) error {
-	unlock, pre, err := p.lockRun(ctx, parent.ID, false)
+	tx, err := p.tx.Open(ctx, parent, runtx.Need{})
 	if err != nil {
 		return err
 	}
-	defer unlock()
-	parent.Lock()
-	defer parent.Unlock()
-	if err := p.refresh(parent, pre); err != nil {
-		return err
-	}
+	defer tx.Close()
 	if !parent.AddChild(r.ID) {
 		return nil
 	}
@@ -147,15 +143,9 @@ func (p *Pipeline) lockedRun(id string) (*runstate.Run, func(), error) {
 	if r == nil {
 		return nil, nil, ErrNoRun
 	}
-	unlockRun, pre, err := p.lockRun(context.Background(), id, false)
+	tx, err := p.tx.Open(context.Background(), r, runtx.Need{})
 	if err != nil {
 		return nil, nil, err
 	}
-	r.Lock()
-	if err := p.refresh(r, pre); err != nil {
-		r.Unlock()
-		unlockRun()
-		return nil, nil, err
-	}
-	return r, func() { r.Unlock(); unlockRun() }, nil
+	return r, tx.Close, nil
 }
