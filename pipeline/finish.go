@@ -33,23 +33,9 @@ func (p *Pipeline) Finish(ctx context.Context, t *Turn, out Outcome) *Answer {
 		return nil
 	}
 	// read the response
-	cut := out.Streamed && t.Cut() // before the turn's context is cancelled below
-	if cut {
-		out.Err = cutError(out.Err)
-	}
-	if t.cancel != nil {
-		t.cancel()
-	}
+	cut, resp, booked, rider := p.readOutcome(t, &out, now)
 	r := t.run
 	ctx = context.WithoutCancel(ctx)
-	var resp wire.Response
-	var booked settlement
-	var rider accounting.Rider
-	if ok := out.Status >= 200 && out.Status < 300; ok {
-		resp = p.response(t, out)
-		booked = settlementOf(t, &resp)
-		rider = p.settleAhead(t, booked.actual, now)
-	}
 	// lock: Begin's commit landed first (the lock is Begin's until then)
 	t.committing.Land()
 	tx, err := p.tx.Open(ctx, r, runtx.Need{Rider: rider, GoOn: true})
@@ -72,6 +58,27 @@ func (p *Pipeline) Finish(ctx context.Context, t *Turn, out Outcome) *Answer {
 	c.Land()
 	p.obs.ModelCall(p.callReport(t, answerStatus(t, answer, out), out, p.now()))
 	return answer
+}
+
+// readOutcome reads what Finish needs before it takes the run's lock:
+// whether the stream was cut (Turn.Cut, read before the turn's context is
+// cancelled here), and for a 2xx status the provider's response, what its
+// settlement books and that settlement ready to ride in the lock's round
+// trip (settleAhead).
+func (p *Pipeline) readOutcome(t *Turn, out *Outcome, now time.Time) (cut bool, resp wire.Response, booked settlement, rider accounting.Rider) {
+	cut = out.Streamed && t.Cut()
+	if cut {
+		out.Err = cutError(out.Err)
+	}
+	if t.cancel != nil {
+		t.cancel()
+	}
+	if ok := out.Status >= 200 && out.Status < 300; ok {
+		resp = p.response(t, *out)
+		booked = settlementOf(t, &resp)
+		rider = p.settleAhead(t, booked.actual, now)
+	}
+	return cut, resp, booked, rider
 }
 
 // settlingOpen logs what failed when a call's end opened its run's
