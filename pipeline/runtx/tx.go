@@ -217,11 +217,6 @@ func (tx *Tx) Commit(mode Mode) Pending {
 	return c
 }
 
-// Save commits the run now and waits for the commit, holding the run's
-// mutex and lock, which the caller lets go of (Close): the next replica to
-// take the lock must see it.
-func (tx *Tx) Save() { tx.m.Wait(tx.m.send(tx.r), tx.r.ID) }
-
 // releasingOps is what the commit writes, with the lock's release after
 // it when the lock can be let go so (carried).
 func (tx *Tx) releasingOps() (ops []store.Op, carried bool) {
