@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/haltline/haltline/accounting"
+	"github.com/haltline/haltline/pipeline/runtx"
 	"github.com/haltline/haltline/policy"
 	"github.com/haltline/haltline/runstate"
 	"github.com/haltline/haltline/wire"
@@ -23,11 +24,12 @@ const minWrapUpOutput = 64
 const WrapUpInstruction = "This run has reached its budget. Do not call any tools. " +
 	"Give your best conclusion from what you have so far, and list what is unfinished."
 
-// Begin runs parse, identify, admit and rewrite for one model call. It never
-// fails: a refusal or a fault is an Answer on the turn. Finish must follow
-// every Begin.
+// Begin runs parse, identify, admit and rewrite for one model call
+// (docs/design.md §1, "A model call's path"). It never fails: a refusal or
+// a fault is an Answer on the turn. Finish must follow every Begin.
 func (p *Pipeline) Begin(ctx context.Context, call *Call, codec wire.Codec) *Turn {
 	t := &Turn{Call: call, codec: codec, started: p.now()}
+	// parse
 	req, err := codec.ParseRequest(call.Body)
 	if err != nil {
 		t.Answer = errorAnswer(codec, wire.ErrInvalidRequest, "invalid request body: "+err.Error(), nil)
@@ -38,70 +40,53 @@ func (p *Pipeline) Begin(ctx context.Context, call *Call, codec wire.Codec) *Tur
 		t.Answer = errorAnswer(codec, wire.ErrInvalidRequest, err.Error(), nil)
 		return t
 	}
+	// identify
 	r, created, err := p.identify(ctx, call, &t.Req)
 	if err != nil {
 		t.Answer = errorAnswer(codec, wire.ErrUnavailable, "run store unavailable, retry later", nil)
 		return t
 	}
 	t.run = r
-	unlock, pre, err := p.lockRun(ctx, r.ID, true)
+	// lock: the run's transaction, up to date with the store
+	tx, err := p.tx.Open(ctx, r, runtx.Need{Ledger: true})
 	if err != nil {
 		p.unavailable(t, err)
 		return t
 	}
-	released := false // by the commit of the run's state
-	defer func() {
-		if !released {
-			unlock()
-		}
-	}()
-	r.Mu.Lock()
-	if err := p.refresh(r, pre); err != nil {
-		r.Mu.Unlock()
-		p.unavailable(t, err)
-		return t
-	}
-	t.ledgerAtLock = pre.ledger
+	t.ledgerAtLock = tx.Ledger()
+	// govern, admit, rewrite
 	p.beginLocked(ctx, t, r, created)
 	p.recordBegin(t, r)
-	// A forwarded call's writes nobody waits for: a call's reservation goes
-	// out with the store's next commit — often this call's own Finish — or
-	// within a millisecond (a commit of its own cost a write(2) on the way
-	// to the provider); a new run is written whole by that Finish, or by
-	// SaveUnsaved past a millisecond. An answer given here (a refusal, an
-	// end) is written before it leaves, as is everything when replicas
-	// share the store.
-	var saved <-chan error
-	carried := false
+	// commit
+	t.committing = tx.Commit(p.beginCommit(t, r, created)).Landed()
+	return t
+}
+
+// beginCommit is how Begin's writes reach the store. A forwarded call's
+// writes nobody waits for: a call's reservation goes out with the store's
+// next commit — often this call's own Finish — or within a millisecond (a
+// commit of its own cost a write(2) on the way to the provider); a new run
+// is written whole by that Finish, or by SaveUnsaved past a millisecond.
+// An answer given here (a refusal, an end) is sent before it leaves.
+// When replicas share the store, everything is committed before the next
+// replica can take the run's lock: a forwarded call goes on while its
+// commit is on its way (runtx.Behind), the commit letting go of the lock
+// after its writes, and the call's Finish lands it before taking the lock
+// again. The reservation is in the book already: a crash before the
+// commit loses what the embedded store's Later loses, the call's start.
+// The caller holds r's mutex.
+func (p *Pipeline) beginCommit(t *Turn, r *runstate.Run, created bool) runtx.Mode {
 	switch {
 	case p.shared() && t.Answer == nil && !r.State.Final():
-		// A forwarded call goes on while its commit is on its way: the
-		// commit lets go of the lock after its writes (carried), so the
-		// next replica to take the lock sees them whenever it lands; the
-		// call's Finish lands it before taking the lock again. The
-		// reservation is in the book already: a crash before the commit
-		// loses what the embedded store's Later loses, the call's start.
-		if t.committing = p.persistBehind(r, pre.release, unlock); t.committing == nil {
-			saved, carried = p.persistReleasing(r, pre.release)
-		}
+		return runtx.Behind
 	case p.shared():
-		saved, carried = p.persistReleasing(r, pre.release)
+		return runtx.Wait
 	case t.Answer != nil || r.State.Final():
-		saved = p.persist(r)
+		return runtx.Send
 	case created:
-		p.saveSoon(r)
-	default:
-		p.persistPendingLater(r) // the run itself is written at Finish
+		return runtx.Soon
 	}
-	r.Mu.Unlock()
-	switch {
-	case t.committing != nil:
-		released = true // by Finish, which lands the commit
-	case p.shared():
-		// The next replica to take the lock must see this.
-		released = p.wait(saved, r.ID) && carried
-	}
-	return t
+	return runtx.Later // the run itself is written at Finish
 }
 
 func (p *Pipeline) beginLocked(ctx context.Context, t *Turn, r *runstate.Run, created bool) {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/haltline/haltline/accounting"
+	"github.com/haltline/haltline/pipeline/runtx"
 	"github.com/haltline/haltline/runstate"
 	"github.com/haltline/haltline/wire"
 	"github.com/haltline/haltline/wire/sse"
@@ -159,8 +160,8 @@ type Turn struct {
 	cutHeld, readOffer bool
 	readAnswer         *wire.Response
 	// committing is Begin's commit, made behind the forwarded call, for
-	// Finish to land; nil when Begin committed in line.
-	committing *commitBehind
+	// Finish to land; none when Begin committed in line.
+	committing runtx.Pending
 }
 
 // Feed passes a piece of the upstream stream through the usage tap and

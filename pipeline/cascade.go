@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/haltline/haltline/pipeline/runtx"
 	"github.com/haltline/haltline/runstate"
 )
 
@@ -32,7 +33,7 @@ const maxAncestors = 32
 
 // cascadeOf starts ending r's children after r ended with term; done is
 // closed when every child is ended, nil without children. The caller holds
-// r.Mu.
+// r's mutex.
 func (p *Pipeline) cascadeOf(r *runstate.Run, term runstate.Termination) (done <-chan struct{}) {
 	if len(r.Children) == 0 {
 		return nil
@@ -81,7 +82,7 @@ func (p *Pipeline) endChild(id string, term runstate.Termination) {
 // endedAncestor returns the termination a run's ended parent chain gives
 // it, or nil while every ancestor is still going (or completed: a parent
 // that answered does not take back what its children do). The caller
-// holds r.Mu. An ancestor is read as this replica holds it: with a shared
+// holds r's mutex. An ancestor is read as this replica holds it: with a shared
 // store, an end on another replica reaches the child through the child's
 // own stored state (the active pass), which its lock reads anyway.
 func (p *Pipeline) endedAncestor(r *runstate.Run) *runstate.Termination {
@@ -94,14 +95,14 @@ func (p *Pipeline) endedAncestor(r *runstate.Run) *runstate.Termination {
 		if err != nil || a == nil {
 			return nil
 		}
-		a.Mu.Lock()
+		a.Lock()
 		ended := a.State.Final() && a.Termination != nil
 		var term runstate.Termination
 		if ended {
 			term = *a.Termination
 		}
 		next := a.ParentID
-		a.Mu.Unlock()
+		a.Unlock()
 		if ended {
 			t := childTermination(id, term)
 			return &t
@@ -114,18 +115,13 @@ func (p *Pipeline) endedAncestor(r *runstate.Run) *runstate.Termination {
 // listChild lists r in its parent's record, at r's first call: the
 // parent's end then finds it wherever it runs. With a shared store the
 // parent is brought up to date and written under its lock. The caller
-// holds r.Mu and not parent.Mu.
+// holds r's mutex and not parent's mutex.
 func (p *Pipeline) listChild(ctx context.Context, parent, r *runstate.Run) error {
-	unlock, pre, err := p.lockRun(ctx, parent.ID, false)
+	tx, err := p.tx.Open(ctx, parent, runtx.Need{})
 	if err != nil {
 		return err
 	}
-	defer unlock()
-	parent.Mu.Lock()
-	defer parent.Mu.Unlock()
-	if err := p.refresh(parent, pre); err != nil {
-		return err
-	}
+	defer tx.Close()
 	if !parent.AddChild(r.ID) {
 		return nil
 	}
@@ -147,15 +143,9 @@ func (p *Pipeline) lockedRun(id string) (*runstate.Run, func(), error) {
 	if r == nil {
 		return nil, nil, ErrNoRun
 	}
-	unlockRun, pre, err := p.lockRun(context.Background(), id, false)
+	tx, err := p.tx.Open(context.Background(), r, runtx.Need{})
 	if err != nil {
 		return nil, nil, err
 	}
-	r.Mu.Lock()
-	if err := p.refresh(r, pre); err != nil {
-		r.Mu.Unlock()
-		unlockRun()
-		return nil, nil, err
-	}
-	return r, func() { r.Mu.Unlock(); unlockRun() }, nil
+	return r, tx.Close, nil
 }

@@ -18,6 +18,12 @@
 // L1/L2 tool is asked for one tool call at a time, and the tool routes run
 // a run's L1/L2 calls one after the other in arrival order.
 //
+// Each stage that moves a run does so inside the run's transaction
+// (runtx): the run lock across replicas, the run's mutex, the refresh from
+// the store, and the commit of what the stage changed. The pipeline
+// supplies what a run's snapshot holds (persist.go) and how a newer one
+// replaces the run in memory (replica.go).
+//
 // It must not import fasthttp, gRPC or net/http, nor read provider JSON
 // itself: wire codecs do that.
 package pipeline

@@ -26,7 +26,7 @@ func (p *Pipeline) evictEnded(now time.Time) int {
 	}
 	n := 0
 	for _, r := range p.runs.Ended(now.Add(-p.opts.EndedRetention)) {
-		r.Mu.Lock()
+		r.Lock()
 		g := govOf(r)
 		keep := !r.State.Final() || r.Inflight > 0 || (g != nil && (len(g.pending) > 0 || g.unsaved))
 		if g != nil && g.tools != nil {
@@ -53,7 +53,7 @@ func (p *Pipeline) evictEnded(now time.Time) int {
 				}
 			}
 		}
-		r.Mu.Unlock()
+		r.Unlock()
 		if keep {
 			continue
 		}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/haltline/haltline/accounting"
 	"github.com/haltline/haltline/loopguard"
+	"github.com/haltline/haltline/pipeline/runtx"
 	"github.com/haltline/haltline/runstate"
 	"github.com/haltline/haltline/wire"
 )
@@ -27,49 +28,19 @@ func (p *Pipeline) Finish(ctx context.Context, t *Turn, out Outcome) *Answer {
 	now := p.now()
 	if t.run == nil || t.res == nil {
 		// Parse error, or answered by the gateway: nothing reserved.
-		if t.committing != nil {
-			p.land(t.committing, t.run.ID) // the lock, should the commit not carry it
-		}
+		t.committing.Land() // the lock, should the commit not carry it
 		p.obs.ModelCall(p.callReport(t, answerStatus(t, nil, out), out, now))
 		return nil
 	}
-	// Read before the turn's context is cancelled below.
-	cut := out.Streamed && t.Cut()
-	if cut {
-		out.Err = cutError(out.Err)
-	}
-	if t.cancel != nil {
-		t.cancel()
-	}
+	// read the response
+	cut, resp, booked, rider := p.readOutcome(t, &out, now)
 	r := t.run
 	ctx = context.WithoutCancel(ctx)
-	ok := out.Status >= 200 && out.Status < 300
-	var resp wire.Response
-	var booked settlement
-	if ok {
-		resp = p.response(t, out)
-		booked = settlementOf(t, &resp)
-	}
-	// A settlement needs no run lock: on a shared store it goes out in the
-	// lock's round trip when book and lock can (a rider).
-	var rider accounting.Rider
-	if ok && p.shared() {
-		rider = p.settleAhead(t, booked.actual, now)
-	}
-	if t.committing != nil {
-		p.land(t.committing, r.ID) // the lock is Begin's until then
-	}
-	unlock, pre, lockErr := p.lockRunRiding(ctx, r.ID, false, rider)
-	if lockErr != nil {
-		// Settle anyway: the book is the source of truth for money; the
-		// run's record catches up at its next call.
-		p.log.Error("run lock unavailable at settlement", "run_id", runstate.NameOf(r.ID), "tenant", runstate.TenantOf(r.ID), "err", lockErr)
-		unlock = func() {}
-	}
-	r.Mu.Lock()
-	if err := p.refresh(r, pre); err != nil {
-		p.log.Error("run refresh failed at settlement", "run_id", runstate.NameOf(r.ID), "tenant", runstate.TenantOf(r.ID), "err", err)
-	}
+	// lock: Begin's commit landed first (the lock is Begin's until then)
+	t.committing.Land()
+	tx, err := p.tx.Open(ctx, r, runtx.Need{Rider: rider, GoOn: true})
+	p.settlingOpen(r, err)
+	// settle, detect, record
 	// A stream's reservation read the headroom its headers showed; what the
 	// headers show after Finish is read anew (with the settlement, when the
 	// book can), as a released reservation changes it too.
@@ -77,18 +48,51 @@ func (p *Pipeline) Finish(ctx context.Context, t *Turn, out Outcome) *Answer {
 	answer := p.finishLocked(ctx, t, out, cut, &resp, booked, rider, now)
 	p.recordFinish(t, out, cut, now)
 	p.closeReservation(t, govOf(r))
-	saved, carried := p.persistReleasing(r, pre.release)
-	r.Mu.Unlock()
+	// commit: the answer leaves only once its settlement is committed to
+	// the store (with the run's lock let go in the same commit, when it can
+	// be).
+	c := tx.Commit(runtx.Wait)
 	if t.unreg != nil {
 		t.unreg()
 	}
-	// The answer leaves only once its settlement is committed to the store
-	// (with the run's lock let go in the same commit, when it can be).
-	if !p.wait(saved, r.ID) || !carried {
-		unlock()
-	}
+	c.Land()
 	p.obs.ModelCall(p.callReport(t, answerStatus(t, answer, out), out, p.now()))
 	return answer
+}
+
+// readOutcome reads what Finish needs before it takes the run's lock:
+// whether the stream was cut (Turn.Cut, read before the turn's context is
+// cancelled here), and for a 2xx status the provider's response, what its
+// settlement books and that settlement ready to ride in the lock's round
+// trip (settleAhead).
+func (p *Pipeline) readOutcome(t *Turn, out *Outcome, now time.Time) (cut bool, resp wire.Response, booked settlement, rider accounting.Rider) {
+	cut = out.Streamed && t.Cut()
+	if cut {
+		out.Err = cutError(out.Err)
+	}
+	if t.cancel != nil {
+		t.cancel()
+	}
+	if ok := out.Status >= 200 && out.Status < 300; ok {
+		resp = p.response(t, *out)
+		booked = settlementOf(t, &resp)
+		rider = p.settleAhead(t, booked.actual, now)
+	}
+	return cut, resp, booked, rider
+}
+
+// settlingOpen logs what failed when a call's end opened its run's
+// transaction (runtx.Need.GoOn). The call settles anyway: the book is the
+// source of truth for money; the run's record catches up at its next
+// call.
+func (p *Pipeline) settlingOpen(r *runstate.Run, err error) {
+	switch {
+	case err == nil:
+	case runtx.IsStale(err): // the lock's failure too, when both failed
+		p.log.Error("run refresh failed at settlement", "run_id", runstate.NameOf(r.ID), "tenant", runstate.TenantOf(r.ID), "err", err)
+	default:
+		p.log.Error("run lock unavailable at settlement", "run_id", runstate.NameOf(r.ID), "tenant", runstate.TenantOf(r.ID), "err", err)
+	}
 }
 
 // callReport is the call as the observer sees it. Only values fixed before
@@ -241,24 +245,24 @@ func settlementOf(t *Turn, resp *wire.Response) settlement {
 }
 
 // settleRiding is a book whose settlement can ride in another request's
-// round trip (redisstore.Book: a run lock's, lockRiding).
+// round trip (redisstore.Book: a run lock's, runtx.LockRiding).
 type settleRiding interface {
 	SettleRider(h *accounting.Hold, actual accounting.Vector, now time.Time, keys []string, useFinalReserve bool) accounting.Rider
 }
 
 // settleAhead makes the call's settlement ready to ride in the round
-// trip of the run's lock that Finish takes next, when the book and the
-// lock can carry one (else nil: settle books it under the lock). The
-// ledgers' names are read under the run's mutex (refresh may replace its
-// governance).
+// trip of the run's lock that Finish takes next, when replicas share the
+// store and the book and the lock can carry one (else nil: settle books it
+// under the lock). The ledgers' names are read under the run's mutex
+// (refresh may replace its governance).
 func (p *Pipeline) settleAhead(t *Turn, actual accounting.Vector, now time.Time) accounting.Rider {
 	sr, ok := p.book.(settleRiding)
-	if _, riding := p.opts.RunLock.(lockRiding); !ok || !riding {
+	if !ok || !p.shared() || !p.tx.CarriesRider() {
 		return nil
 	}
-	t.run.Mu.Lock()
+	t.run.Lock()
 	ledgers := govOf(t.run).ledgers
-	t.run.Mu.Unlock()
+	t.run.Unlock()
 	return sr.SettleRider(t.res, actual, now, ledgers, true)
 }
 

@@ -108,7 +108,7 @@ func runInput(r *runstate.Run, pr Principal, now time.Time) policy.RunInput {
 
 // govern asks the per-run policy questions and opens the run's ledgers;
 // ensured is the run's own ledger as the book read it in the round trip
-// that opened it (ensureReader), or nil. The caller holds r.Mu. An error
+// that opened it (ensureReader), or nil. The caller holds r's mutex. An error
 // (policy evaluation failed, bad budget header) leaves the run ungoverned,
 // and the call is refused.
 func (p *Pipeline) govern(ctx context.Context, r *runstate.Run, call *Call) (g *governance, ensured *accounting.LedgerSnapshot, err error) {
@@ -167,12 +167,12 @@ func (p *Pipeline) govern(ctx context.Context, r *runstate.Run, call *Call) (g *
 			return nil, nil, notFound{fmt.Errorf("X-Parent-Run-Id: no run %q", runstate.NameOf(r.ParentID))}
 		}
 		if parent != r {
-			parent.Mu.Lock()
+			parent.Lock()
 			if pg := govOf(parent); pg != nil {
 				g.ledgers = append(g.ledgers, pg.ledgers...)
 				g.budgeted = g.budgeted || pg.budgeted
 			}
-			parent.Mu.Unlock()
+			parent.Unlock()
 			if err := p.listChild(ctx, parent, r); err != nil {
 				return nil, nil, unavailable{err}
 			}

@@ -27,8 +27,8 @@ func (p *Pipeline) Headers(t *Turn, set func(name, value string)) {
 	if r == nil {
 		return
 	}
-	r.Mu.Lock()
-	defer r.Mu.Unlock()
+	r.Lock()
+	defer r.Unlock()
 	set(HeaderRunID, runstate.NameOf(r.ID))
 	state, reason := r.State, ""
 	if r.State.Final() && r.Termination != nil {

@@ -52,9 +52,9 @@ func (p *Pipeline) identify(ctx context.Context, call *Call, req *wire.Request) 
 		}
 	}
 	if prev != nil {
-		prev.Mu.Lock()
+		prev.Lock()
 		state, session := prev.State, prev.SessionID
-		prev.Mu.Unlock()
+		prev.Unlock()
 		// A final answer followed by a new user message is a new task in the
 		// same conversation; anything else continues the run (and a run that
 		// was ended keeps answering with its termination).

@@ -148,77 +148,9 @@ const persistWait = 5 * time.Second
 
 // persist queues the run's changes — its snapshot, new events, new lineage
 // keys, the ledgers it draws on, reservations opened or closed — as one
-// atomic write. The caller holds r.Mu; it may wait on the returned channel
+// atomic write. The caller holds r's mutex; it may wait on the returned channel
 // after unlocking.
-func (p *Pipeline) persist(r *runstate.Run) <-chan error {
-	ops := p.persistOps(r)
-	if ops == nil {
-		return nil
-	}
-	return p.opts.Store.Apply(ops)
-}
-
-// persistReleasing is persist for a caller holding the run's lock: with
-// the lock's release op (see RunLockReader), the commit that carries the
-// run's state lets go of the lock too, and carried says so; the caller
-// unlocks itself when it is not carried or the commit failed.
-func (p *Pipeline) persistReleasing(r *runstate.Run, release store.Op) (saved <-chan error, carried bool) {
-	ops, carried := p.releasingOps(r, release)
-	if ops == nil {
-		return nil, false
-	}
-	return p.opts.Store.Apply(ops), carried
-}
-
-// releasingOps is persistOps with the lock's release after them when
-// there is one (carried).
-func (p *Pipeline) releasingOps(r *runstate.Run, release store.Op) (ops []store.Op, carried bool) {
-	ops = p.persistOps(r)
-	if ops != nil && release.Bucket == store.LockRelease {
-		ops, carried = append(ops, release), true
-	}
-	return ops, carried
-}
-
-// behindApplier is a store that commits a batch away from the caller
-// (store.GroupCommitter.ApplyBehind).
-type behindApplier interface {
-	ApplyBehind(ops []store.Op) <-chan error
-}
-
-// commitBehind is a commit made behind a forwarded call (Begin's,
-// BeginTool's): it carries the run's state and, when carried, the run
-// lock's release; the call's end lands it (land) before taking the lock
-// again.
-type commitBehind struct {
-	saved   <-chan error
-	carried bool
-	unlock  func()
-}
-
-// persistBehind is persistReleasing for a caller that goes on without
-// waiting for the commit, when the store can commit away from it: then
-// it returns the commit to land later, else nil (nothing persisted yet:
-// the caller persists as before). The caller holds r.Mu.
-func (p *Pipeline) persistBehind(r *runstate.Run, release store.Op, unlock func()) *commitBehind {
-	ab, ok := p.opts.Store.(behindApplier)
-	if !ok {
-		return nil
-	}
-	ops, carried := p.releasingOps(r, release)
-	if ops == nil {
-		return nil
-	}
-	return &commitBehind{saved: ab.ApplyBehind(ops), carried: carried, unlock: unlock}
-}
-
-// land waits (bounded) for a commit made behind a call and lets go of the
-// run's lock unless the commit did.
-func (p *Pipeline) land(c *commitBehind, runID string) {
-	if !p.wait(c.saved, runID) || !c.carried {
-		c.unlock()
-	}
-}
+func (p *Pipeline) persist(r *runstate.Run) <-chan error { return p.tx.Send(r) }
 
 // saveSoonWait bounds how long a new run whose first call went out stays
 // unwritten when that call has not ended (then it goes to the store's next
@@ -232,7 +164,7 @@ const saveSoonWait = 10 * time.Millisecond
 // provider: that call's Finish writes it whole, most often within
 // saveSoonWait, and writing it here as well encoded its snapshot twice, the
 // first time on the way to the provider (a stream's time to first byte).
-// Past saveSoonWait, SaveUnsaved writes it. The caller holds r.Mu.
+// Past saveSoonWait, SaveUnsaved writes it. The caller holds r's mutex.
 func (p *Pipeline) saveSoon(r *runstate.Run) {
 	g := govOf(r)
 	p.reportTransitions(r, g)
@@ -258,14 +190,14 @@ func (p *Pipeline) SaveUnsaved() {
 	p.soonTimer.Stop()
 	p.soonMu.Unlock()
 	for _, r := range runs {
-		r.Mu.Lock()
+		r.Lock()
 		if g := govOf(r); g != nil && g.unsaved {
 			if ops := p.persistOps(r); ops != nil {
 				// With the next commit: one a run was a write(2) each.
 				p.opts.Store.Later(ops)
 			}
 		}
-		r.Mu.Unlock()
+		r.Unlock()
 	}
 }
 
@@ -445,28 +377,7 @@ func (p *Pipeline) closeReservation(t *Turn, g *governance) {
 
 // wait blocks until a persist committed (bounded); a failure is logged,
 // readiness reports it.
-func (p *Pipeline) wait(ch <-chan error, runID string) (committed bool) {
-	if ch == nil {
-		return false
-	}
-	var err error
-	select {
-	case err = <-ch: // committed inline by Apply (the common case): no timer
-	default:
-		t := time.NewTimer(persistWait)
-		select {
-		case err = <-ch:
-			t.Stop()
-		case <-t.C:
-			p.log.Error("persisting run timed out", "run_id", runstate.NameOf(runID), "tenant", runstate.TenantOf(runID))
-			return false
-		}
-	}
-	if err != nil {
-		p.log.Error("persisting run failed", "run_id", runstate.NameOf(runID), "tenant", runstate.TenantOf(runID), "err", err)
-	}
-	return err == nil
-}
+func (p *Pipeline) wait(ch <-chan error, runID string) (committed bool) { return p.tx.Wait(ch, runID) }
 
 // Restore is StartRestore, waited for: every unfinished run is back in
 // memory when it returns.

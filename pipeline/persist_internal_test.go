@@ -95,7 +95,7 @@ func TestDecodeMatchesEncodingJSON(t *testing.T) {
 		}
 	}
 	r := p.runs.Get(id)
-	r.Mu.Lock()
+	r.Lock()
 	g := govOf(r)
 	r.WouldTerminate = append(r.WouldTerminate, runstate.ShadowHit{Line: "stalled", Step: 2, Evidence: "a b"})
 	r.LastAction = &runstate.Action{Tool: "search", ArgumentsHash: "abc"}
@@ -106,7 +106,7 @@ func TestDecodeMatchesEncodingJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	events, err := encode(r.Events)
-	r.Mu.Unlock()
+	r.Unlock()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,8 +193,8 @@ func BenchmarkEncodeRun(b *testing.B) {
 		p.Finish(ctx, tr, Outcome{Status: 200, Body: resp})
 	}
 	r := p.runs.Get(id)
-	r.Mu.Lock()
-	defer r.Mu.Unlock()
+	r.Lock()
+	defer r.Unlock()
 	g, now := govOf(r), p.now()
 	b.ReportAllocs()
 	for b.Loop() {

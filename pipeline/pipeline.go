@@ -10,6 +10,7 @@ import (
 	"github.com/haltline/haltline/accounting"
 	"github.com/haltline/haltline/contextmgr"
 	"github.com/haltline/haltline/loopguard"
+	"github.com/haltline/haltline/pipeline/runtx"
 	"github.com/haltline/haltline/policy"
 	"github.com/haltline/haltline/runstate"
 	"github.com/haltline/haltline/store"
@@ -74,7 +75,7 @@ func (p *Pipeline) ended(r *runstate.Run, state runstate.State, term runstate.Te
 
 // reportTransitions hands the transitions recorded since the last report to
 // the observer. It runs at every persist, the one place every state change
-// passes, whichever stage made it. The caller holds r.Mu.
+// passes, whichever stage made it. The caller holds r's mutex.
 func (p *Pipeline) reportTransitions(r *runstate.Run, g *governance) {
 	if g == nil {
 		return
@@ -190,6 +191,9 @@ type Pipeline struct {
 	recs recordings
 	// retain paces the store's retention sweeps (retain.go).
 	retain retention
+	// tx opens the transactions on runs (runtx).
+	tx *runtx.Manager
+
 	// restoring is set while a restart rebuilds unfinished runs
 	// (StartRestore): no ended run leaves memory meanwhile.
 	restoring atomic.Bool
@@ -233,6 +237,8 @@ func New(o Options) *Pipeline {
 	}
 	p.soonTimer = time.AfterFunc(time.Hour, p.SaveUnsaved)
 	p.soonTimer.Stop()
+	p.tx = runtx.New(runtx.Config{Store: o.Store, Lock: o.RunLock, Runs: txRuns{p}, Log: o.Logger, Now: o.Now,
+		LedgerPrefix: runLedgerPrefix, Wait: persistWait})
 	return p
 }
 

@@ -71,8 +71,8 @@ func TestLeaseReleasesAbandonedReservation(t *testing.T) {
 	// A late Finish books nothing twice and does not panic.
 	p.Finish(context.Background(), turn, pipeline.Outcome{Status: 200, Body: []byte(finalResponse)})
 	rec := p.Runs().Get("r-lease")
-	rec.Mu.Lock()
-	defer rec.Mu.Unlock()
+	rec.Lock()
+	defer rec.Unlock()
 	if rec.State != runstate.Completed || rec.Counters.InputTokens != 1000 {
 		t.Fatalf("state %s tokens %d", rec.State, rec.Counters.InputTokens)
 	}

@@ -253,7 +253,7 @@ func (t *Turn) callRecord() *CallRecord {
 }
 
 // recordBegin fills the call's shape once Begin decided; a call the gateway
-// answered itself is complete here. The caller holds r.Mu.
+// answered itself is complete here. The caller holds r's mutex.
 func (p *Pipeline) recordBegin(t *Turn, r *runstate.Run) {
 	g := govOf(r)
 	if g == nil || g.rec == nil {
@@ -284,7 +284,7 @@ func (p *Pipeline) recordBegin(t *Turn, r *runstate.Run) {
 	}
 }
 
-// recordFinish completes the call from what Finish read. The caller holds r.Mu.
+// recordFinish completes the call from what Finish read. The caller holds r's mutex.
 func (p *Pipeline) recordFinish(t *Turn, out Outcome, cut bool, now time.Time) {
 	g := govOf(t.run)
 	if g == nil || g.rec == nil || t.rec == nil {
@@ -316,7 +316,7 @@ func (p *Pipeline) appendCall(r *runstate.Run, gr *recorder, t *Turn) {
 }
 
 // snapshotRecording is the recording with the run's outcome as of now. The
-// caller holds r.Mu.
+// caller holds r's mutex.
 func snapshotRecording(r *runstate.Run, gr *recorder, now time.Time) Recording {
 	rec := gr.rec
 	rec.Calls = slices.Clone(rec.Calls)
@@ -346,7 +346,7 @@ func snapshotRecording(r *runstate.Run, gr *recorder, now time.Time) Recording {
 }
 
 // recordingOps adds the run's recording to a persist when it changed. The
-// caller holds r.Mu.
+// caller holds r's mutex.
 func (p *Pipeline) recordingOps(r *runstate.Run, g *governance, now time.Time, ops []store.Op) []store.Op {
 	if g.rec == nil || !g.rec.dirty {
 		return ops
@@ -386,13 +386,13 @@ func (p *Pipeline) Recordings(since time.Time) ([]Recording, error) {
 	}
 	p.recs.mu.Unlock()
 	for _, r := range runs {
-		r.Mu.Lock()
+		r.Lock()
 		var rec Recording
 		ok := false
 		if g := govOf(r); g != nil && g.rec != nil {
 			rec, ok = snapshotRecording(r, g.rec, now), true
 		}
-		r.Mu.Unlock()
+		r.Unlock()
 		if ok {
 			seen[rec.RunID] = true
 			if keep(rec) {
@@ -461,7 +461,7 @@ func (p *Pipeline) SweepRecordings(force bool) int {
 	}
 	dropped := 0
 	for _, r := range runs {
-		r.Mu.Lock()
+		r.Lock()
 		g := govOf(r)
 		gone := g == nil || g.rec == nil
 		if !gone && r.State.Final() {
@@ -471,7 +471,7 @@ func (p *Pipeline) SweepRecordings(force bool) int {
 				dropped++
 			}
 		}
-		r.Mu.Unlock()
+		r.Unlock()
 		if gone {
 			p.recs.mu.Lock()
 			delete(p.recs.byRun, r.ID)

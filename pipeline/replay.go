@@ -280,8 +280,8 @@ func runEnded(p *Pipeline, id string) bool {
 	if r == nil {
 		return true
 	}
-	r.Mu.Lock()
-	defer r.Mu.Unlock()
+	r.Lock()
+	defer r.Unlock()
 	return r.State.Final()
 }
 
@@ -313,8 +313,8 @@ func replayedOutcome(p *Pipeline, id string, now time.Time) ReplayOutcome {
 	if r == nil {
 		return ReplayOutcome{Status: "not_started"}
 	}
-	r.Mu.Lock()
-	defer r.Mu.Unlock()
+	r.Lock()
+	defer r.Unlock()
 	s := r.Snapshot(now)
 	out := ReplayOutcome{Status: string(s.Status), Reason: s.Reason, Detail: s.Detail, Step: s.AgentSteps,
 		ModelCalls: s.ModelCalls, CostPicoUSD: r.Counters.ActualCost, WouldTerminate: s.WouldTerminate}

@@ -4,104 +4,38 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"time"
 	"unsafe"
 
-	"github.com/haltline/haltline/accounting"
+	"github.com/haltline/haltline/pipeline/runtx"
 	"github.com/haltline/haltline/runstate"
 	"github.com/haltline/haltline/store"
 	"github.com/haltline/haltline/wire/jsonscan"
 )
 
 // RunLock serialises a run's transitions across replicas that share one
-// store (Redis): each replica takes the run's lock, catches up with the
-// run's latest persisted version, moves it, persists, and lets go.
-type RunLock interface {
-	Lock(ctx context.Context, runID string) (unlock func(), err error)
-}
+// store (Redis); see runtx.Lock.
+type RunLock = runtx.Lock
 
-// RunLockReader is a RunLock that also reads, in the round trip that
-// takes the lock, the run's stored snapshot (store.Runs, nil when there is
-// none) — refresh, which follows every lock, then costs no round trip of
-// its own — and the state of the ledger named (nil when it does not
-// exist), which admission reads next; and that can let go of the lock in
-// the commit of what was written under it (release, an op of
-// store.LockRelease), where unlock is a round trip of its own (Redis: each
-// of these was one of about twelve a call).
-type RunLockReader interface {
-	LockRead(ctx context.Context, runID, ledger string, now time.Time) (unlock func(), release store.Op, snapshot []byte, state *accounting.LedgerSnapshot, err error)
-}
-
-// lockRiding is a RunLockReader whose lock's round trip can carry a
-// settlement too (an accounting.Rider of the book's: settleRiding).
-type lockRiding interface {
-	LockReadRiding(ctx context.Context, runID, ledger string, now time.Time, rider accounting.Rider) (unlock func(), release store.Op, snapshot []byte, state *accounting.LedgerSnapshot, err error)
-}
+// RunLockReader is a RunLock that reads the run's snapshot and ledger in
+// the round trip that takes it; see runtx.LockReader.
+type RunLockReader = runtx.LockReader
 
 // shared reports that several replicas share runs through the store.
-func (p *Pipeline) shared() bool { return p.opts.RunLock != nil && p.opts.Store != nil }
+func (p *Pipeline) shared() bool { return p.tx.Shared() }
 
-// prefetched is what a run's lock brought with it: the run's stored
-// snapshot, for refresh, the state of the run's own ledger, for admission,
-// and the op that lets go of the lock in a commit.
-type prefetched struct {
-	snapshot []byte
-	read     bool                       // the lock read it (a nil snapshot: none stored)
-	ledger   *accounting.LedgerSnapshot // the run's ledger (runLedgerPrefix), when it exists
-	release  store.Op                   // Bucket store.LockRelease, or zero
-}
+// txRuns is the pipeline's side of a run's transaction (runtx.Runs): the
+// run's encoding and its queued writes.
+type txRuns struct{ p *Pipeline }
 
-// lockRun takes the run's lock when replicas share the store, with the
-// run's stored snapshot when the lock can read it, and the run's own
-// ledger's state too when admission will read it (ledger).
-func (p *Pipeline) lockRun(ctx context.Context, runID string, ledger bool) (func(), prefetched, error) {
-	return p.lockRunRiding(ctx, runID, ledger, nil)
-}
+func (tr txRuns) Refresh(r *runstate.Run, v []byte) error { return tr.p.refresh(r, v) }
+func (tr txRuns) Ops(r *runstate.Run) []store.Op          { return tr.p.persistOps(r) }
+func (tr txRuns) Later(r *runstate.Run)                   { tr.p.persistPendingLater(r) }
+func (tr txRuns) Soon(r *runstate.Run)                    { tr.p.saveSoon(r) }
 
-// lockRunRiding is lockRun with rider, when not nil, sent in the lock's
-// round trip; only a lockRiding lock is given one (see Finish).
-func (p *Pipeline) lockRunRiding(ctx context.Context, runID string, ledger bool, rider accounting.Rider) (func(), prefetched, error) {
-	if !p.shared() {
-		return func() {}, prefetched{}, nil
-	}
-	if lr, ok := p.opts.RunLock.(RunLockReader); ok {
-		key := ""
-		if ledger {
-			key = runLedgerPrefix + runID
-		}
-		var unlock func()
-		var release store.Op
-		var v []byte
-		var state *accounting.LedgerSnapshot
-		var err error
-		if rl, ok := lr.(lockRiding); ok && rider != nil {
-			unlock, release, v, state, err = rl.LockReadRiding(ctx, runID, key, p.now(), rider)
-		} else {
-			unlock, release, v, state, err = lr.LockRead(ctx, runID, key, p.now())
-		}
-		return unlock, prefetched{snapshot: v, read: err == nil, ledger: state, release: release}, err
-	}
-	unlock, err := p.opts.RunLock.Lock(ctx, runID)
-	return unlock, prefetched{}, err
-}
-
-// refresh loads the run's latest persisted version when another replica
-// moved it since this one did: from pre when its lock read it, else from
-// the store. The caller holds r.Mu (and the run lock).
-func (p *Pipeline) refresh(r *runstate.Run, pre prefetched) error {
-	if !p.shared() {
-		return nil
-	}
-	v := pre.snapshot
-	if !pre.read {
-		var err error
-		if v, err = p.opts.Store.Get(store.Runs, []byte(r.ID)); err != nil {
-			return err
-		}
-	}
-	if v == nil {
-		return nil
-	}
+// refresh loads v, the run's stored snapshot, when another replica moved
+// the run since this one did (runtx.Runs.Refresh). The caller holds r's
+// mutex (and the run lock).
+func (p *Pipeline) refresh(r *runstate.Run, v []byte) error {
 	g := govOf(r)
 	if g != nil {
 		// The common case, a run moved by this replica last, is decided by
@@ -212,12 +146,12 @@ func (p *Pipeline) lookup(key string) (*runstate.Run, error) {
 	r, err := p.getRun(string(v))
 	if r != nil {
 		// Indexed again as the run's own key, so it leaves memory with it.
-		r.Mu.Lock()
+		r.Lock()
 		if g := govOf(r); g != nil {
 			p.runs.Index(key, r.ID)
 			p.keepKey(g, key, r.ID)
 		}
-		r.Mu.Unlock()
+		r.Unlock()
 	}
 	return r, err
 }
@@ -234,9 +168,9 @@ func (p *Pipeline) Record(id string) (runstate.Record, bool, error) {
 	if err != nil || r == nil {
 		return runstate.Record{}, false, err
 	}
-	r.Mu.Lock()
-	defer r.Mu.Unlock()
-	if err := p.refresh(r, prefetched{}); err != nil {
+	r.Lock()
+	defer r.Unlock()
+	if err := p.tx.Refresh(r); err != nil {
 		return runstate.Record{}, false, err
 	}
 	return r.Snapshot(p.now()), true, nil
@@ -251,9 +185,9 @@ func (p *Pipeline) Events(id string) ([]runstate.Event, bool, error) {
 		return nil, false, err
 	}
 	if r := p.runs.Get(id); r != nil && !p.shared() {
-		r.Mu.Lock()
+		r.Lock()
 		events, complete := append([]runstate.Event(nil), r.Events...), r.EventsComplete()
-		r.Mu.Unlock()
+		r.Unlock()
 		if complete || p.opts.Store == nil {
 			return events, true, nil
 		}
@@ -301,9 +235,9 @@ func (p *Pipeline) Records(f runstate.Filter) ([]runstate.Record, error) {
 					return err
 				}
 			}
-			r.Mu.Lock()
+			r.Lock()
 			rec := r.Snapshot(now)
-			r.Mu.Unlock()
+			r.Unlock()
 			if f.Match(rec) {
 				out = append(out, rec)
 			}

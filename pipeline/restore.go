@@ -234,11 +234,11 @@ func (p *Pipeline) revive(ctx context.Context, b *runBlob, events []runstate.Eve
 		}
 		// With the store's next commit: the holds left the store already,
 		// and a restart before this is written only loses the event.
-		r.Mu.Lock()
+		r.Lock()
 		if ops := p.persistOps(r); ops != nil {
 			p.opts.Store.Later(ops)
 		}
-		r.Mu.Unlock()
+		r.Unlock()
 	}
 	return existing, created, nil
 }

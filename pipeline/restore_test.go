@@ -202,9 +202,9 @@ func TestLongRunTimelineIsWhole(t *testing.T) {
 		}
 		if k == steps/2 {
 			r := p.Runs().Get(run)
-			r.Mu.Lock()
+			r.Lock()
 			held := len(r.Events)
-			r.Mu.Unlock()
+			r.Unlock()
 			if held > 32 {
 				t.Fatalf("%d events held in memory at step %d", held, k)
 			}
@@ -253,9 +253,9 @@ func TestRestartTimelineIsWhole(t *testing.T) {
 			t.Fatal(err)
 		}
 		if r := p.Runs().Get(run); r != nil {
-			r.Mu.Lock()
+			r.Lock()
 			held = len(r.Events)
-			r.Mu.Unlock()
+			r.Unlock()
 		}
 		for range 2 {
 			if turn := step(p, &pipeline.Call{Body: agentStep(run, k), RunID: run}, string(agentAnswer(run, k, steps))); turn.Answer != nil {

@@ -118,11 +118,11 @@ func (p *Pipeline) SaveOwned() {
 	}
 	var ops []store.Op
 	p.runs.Each(func(r *runstate.Run) {
-		r.Mu.Lock()
+		r.Lock()
 		if g := govOf(r); g != nil {
 			ops = p.ownedOp(ops, g, true, stoppedVersion)
 		}
-		r.Mu.Unlock()
+		r.Unlock()
 	})
 	if len(ops) == 0 {
 		return

@@ -49,7 +49,7 @@ func (p *Pipeline) end(t *Turn, g *governance, term runstate.Termination, now ti
 }
 
 // terminate ends a run, and its sub-agent runs after it: done is closed
-// when they have ended (nil: it has none). The caller holds r.Mu.
+// when they have ended (nil: it has none). The caller holds r's mutex.
 func (p *Pipeline) terminate(r *runstate.Run, g *governance, term runstate.Termination, state runstate.State, now time.Time) (done <-chan struct{}) {
 	if term.Reason == runstate.ReasonCancelled {
 		state = runstate.Cancelled

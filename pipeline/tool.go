@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/haltline/haltline/accounting"
+	"github.com/haltline/haltline/pipeline/runtx"
 	"github.com/haltline/haltline/policy"
 	"github.com/haltline/haltline/runstate"
 	"github.com/haltline/haltline/wire/mcp"
@@ -129,8 +130,8 @@ type ToolTurn struct {
 	wait <-chan struct{}
 	done chan struct{}
 	// committing is BeginTool's commit, made behind the forwarded call,
-	// for FinishTool to land; nil otherwise.
-	committing *commitBehind
+	// for FinishTool to land; none otherwise.
+	committing runtx.Pending
 }
 
 // RunID is the name of the run the call was attributed to.
@@ -179,41 +180,27 @@ func (p *Pipeline) beginTool(ctx context.Context, call *ToolCall) *ToolTurn {
 		return tt
 	}
 	tt.run = r
-	unlock, pre, err := p.lockRun(ctx, r.ID, false)
+	// lock: the run's transaction, up to date with the store
+	tx, err := p.tx.Open(ctx, r, runtx.Need{})
 	if err != nil {
-		tt.Answer = unavailableTool("run lock unavailable, retry later")
-		return tt
-	}
-	released := false // by the commit of the run's state
-	defer func() {
-		if !released {
-			unlock()
+		msg := "run lock unavailable, retry later"
+		if runtx.IsStale(err) {
+			msg = "run store unavailable, retry later"
 		}
-	}()
-	r.Mu.Lock()
-	if err := p.refresh(r, pre); err != nil {
-		r.Mu.Unlock()
-		tt.Answer = unavailableTool("run store unavailable, retry later")
+		tt.Answer = unavailableTool(msg)
 		return tt
 	}
+	// govern and the gates
 	p.beginToolLocked(ctx, tt, r, created)
+	// commit: as a model call's (Begin), a forwarded call's goes on behind
+	// it when replicas share the store, and FinishTool lands it before
+	// taking the lock again; a ticket or a refusal is committed before the
+	// agent hears of it.
+	mode := runtx.Wait
 	if tt.Answer == nil && p.shared() {
-		// As a model call's (Begin): the agent hears of this call only
-		// after FinishTool, which lands the commit before its lock.
-		tt.committing = p.persistBehind(r, pre.release, unlock)
+		mode = runtx.Behind
 	}
-	var saved <-chan error
-	carried := false
-	if tt.committing == nil {
-		saved, carried = p.persistReleasing(r, pre.release)
-	}
-	r.Mu.Unlock()
-	if tt.committing != nil {
-		released = true
-		return tt
-	}
-	// A ticket or a refusal must be committed to the store before the agent hears of it.
-	released = p.wait(saved, r.ID) && carried
+	tt.committing = tx.Commit(mode).Landed()
 	return tt
 }
 
@@ -413,25 +400,21 @@ func (p *Pipeline) FinishTool(ctx context.Context, tt *ToolTurn, out ToolOutcome
 	}
 	r := tt.run
 	ctx = context.WithoutCancel(ctx)
-	if tt.committing != nil {
-		p.land(tt.committing, r.ID) // the lock is BeginTool's until then
-	}
-	unlock, pre, lockErr := p.lockRun(ctx, r.ID, false)
-	if lockErr != nil {
-		unlock = func() {}
-	}
-	r.Mu.Lock()
+	// lock: BeginTool's commit landed first (the lock is BeginTool's until
+	// then); the run is written as this replica holds it
+	tt.committing.Land()
+	tx, err := p.tx.Open(ctx, r, runtx.Need{GoOn: true, AsHeld: true})
+	p.settlingOpen(r, err)
+	// settle, cut, store, observe
 	res := p.finishToolLocked(ctx, tt, out)
-	saved, carried := p.persistReleasing(r, pre.release)
-	r.Mu.Unlock()
+	// commit: the result leaves only once it is stored, where a repeat
+	// must find it (with the run's lock let go in the same commit, when it
+	// can be).
+	c := tx.Commit(runtx.Wait)
 	if tt.unreg != nil {
 		tt.unreg()
 	}
-	// The result leaves only once it is stored: a repeat must find it
-	// (with the run's lock let go in the same commit, when it can be).
-	if !p.wait(saved, r.ID) || !carried {
-		unlock()
-	}
+	c.Land()
 	return res
 }
 

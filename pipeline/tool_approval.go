@@ -190,7 +190,7 @@ func (p *Pipeline) Approvals(f ApprovalFilter) []Approval {
 		if r == nil {
 			continue
 		}
-		r.Mu.Lock()
+		r.Lock()
 		if g := govOf(r); g != nil && g.tools != nil {
 			for _, a := range g.tools.approvals {
 				c := *a
@@ -200,7 +200,7 @@ func (p *Pipeline) Approvals(f ApprovalFilter) []Approval {
 				}
 			}
 		}
-		r.Mu.Unlock()
+		r.Unlock()
 	}
 	if st := p.opts.Store; st != nil {
 		// Tickets in the store only: those of runs that left memory (none
@@ -261,13 +261,13 @@ func (p *Pipeline) ticketRun(ticket string) (*runstate.Run, error) {
 	if r == nil {
 		return nil, ErrNoTicket
 	}
-	r.Mu.Lock()
+	r.Lock()
 	if g := govOf(r); g != nil {
 		if ts := g.toolState(); ts.approvals[ticket] == nil {
 			ts.approvals[ticket] = &a
 		}
 	}
-	r.Mu.Unlock()
+	r.Unlock()
 	p.runs.Index(keyTicket+ticket, r.ID)
 	return r, nil
 }
@@ -278,8 +278,8 @@ func (p *Pipeline) Ticket(ticket string) (Approval, error) {
 	if err != nil {
 		return Approval{}, err
 	}
-	r.Mu.Lock()
-	defer r.Mu.Unlock()
+	r.Lock()
+	defer r.Unlock()
 	g := govOf(r)
 	if g == nil || g.tools == nil || g.tools.approvals[ticket] == nil {
 		return Approval{}, ErrNoTicket
@@ -300,10 +300,10 @@ func (p *Pipeline) Decide(ticket, decision, by string) (Approval, error) {
 	if err != nil {
 		return Approval{}, err
 	}
-	r.Mu.Lock()
+	r.Lock()
 	g := govOf(r)
 	if g == nil || g.tools == nil || g.tools.approvals[ticket] == nil {
-		r.Mu.Unlock()
+		r.Unlock()
 		return Approval{}, ErrNoTicket
 	}
 	ts := g.tools
@@ -314,11 +314,11 @@ func (p *Pipeline) Decide(ticket, decision, by string) (Approval, error) {
 	case ApprovalExpired:
 		c := *a
 		c.Status = ApprovalExpired
-		r.Mu.Unlock()
+		r.Unlock()
 		return c, ErrTicketExpired
 	default:
 		c := *a
-		r.Mu.Unlock()
+		r.Unlock()
 		return c, ErrTicketClosed
 	}
 	a.DecidedBy, a.DecidedAt = by, now.UTC()
@@ -343,7 +343,7 @@ func (p *Pipeline) Decide(ticket, decision, by string) (Approval, error) {
 	p.log.Info("approval decided", "run_id", runstate.NameOf(r.ID), "tenant", runstate.TenantOf(r.ID), "ticket", a.Ticket, "decision", a.Status, "by", by)
 	c := *a
 	saved := p.persist(r)
-	r.Mu.Unlock()
+	r.Unlock()
 	p.wait(saved, r.ID)
 	return c, nil
 }

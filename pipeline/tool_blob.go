@@ -115,8 +115,8 @@ func (p *Pipeline) Blob(owner BlobOwner, handle string) (string, error) {
 		if !owner.owns(r.ID) {
 			return "", ErrNoBlob
 		}
-		r.Mu.Lock()
-		defer r.Mu.Unlock()
+		r.Lock()
+		defer r.Unlock()
 		if g := govOf(r); g != nil && g.tools != nil {
 			if text, ok := g.tools.blobs[handle]; ok {
 				return text, nil

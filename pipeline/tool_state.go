@@ -110,9 +110,9 @@ func (p *Pipeline) attributeTool(ctx context.Context, call *ToolCall) (*runstate
 		if r == nil {
 			continue
 		}
-		r.Mu.Lock()
+		r.Lock()
 		state := r.State
-		r.Mu.Unlock()
+		r.Unlock()
 		// A completed run's calls are history; a new call starts a new task.
 		if state != runstate.Completed && state != runstate.CompletedWithDegradation {
 			return r, false, nil
@@ -282,11 +282,11 @@ func (p *Pipeline) restoreTools(st store.Store) error {
 		if r == nil || err != nil {
 			return nil
 		}
-		r.Mu.Lock()
+		r.Lock()
 		if g := govOf(r); g != nil {
 			g.toolState().approvals[a.Ticket] = &a
 		}
-		r.Mu.Unlock()
+		r.Unlock()
 		p.runs.Index(keyTicket+a.Ticket, a.RunID)
 		return nil
 	})

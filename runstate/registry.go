@@ -152,7 +152,7 @@ func (g *Registry) List(f Filter) []Record {
 		}
 		s.mu.RUnlock()
 		for _, r := range runs {
-			r.Mu.Lock()
+			r.Lock()
 			ok := (f.Status == "" || string(r.State) == f.Status) &&
 				(f.Tenant == "" || r.Tenant == f.Tenant) &&
 				(f.Since.IsZero() || !r.Created.Before(f.Since))
@@ -161,7 +161,7 @@ func (g *Registry) List(f Filter) []Record {
 				rec = r.Snapshot(now)
 				ok = f.Reason == "" || rec.Reason == f.Reason
 			}
-			r.Mu.Unlock()
+			r.Unlock()
 			if ok {
 				out = append(out, rec)
 			}
@@ -225,9 +225,9 @@ func (g *Registry) Count() map[State]int {
 		s := &g.sh[i]
 		s.mu.RLock()
 		for _, r := range s.runs {
-			r.Mu.Lock()
+			r.Lock()
 			m[r.State]++
-			r.Mu.Unlock()
+			r.Unlock()
 		}
 		s.mu.RUnlock()
 	}
@@ -266,11 +266,11 @@ func (g *Registry) Overdue(now time.Time) []*Run {
 func (g *Registry) collect(keep func(r *Run) bool) []*Run {
 	var out []*Run
 	g.Each(func(r *Run) {
-		if r.Mu.TryLock() {
+		if r.TryLock() {
 			if keep(r) {
 				out = append(out, r)
 			}
-			r.Mu.Unlock()
+			r.Unlock()
 		}
 	})
 	return out

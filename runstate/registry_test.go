@@ -19,9 +19,9 @@ func TestRegistryLineageAndRemove(t *testing.T) {
 	if g.Lookup(KeyToolCall+"call_1") != r {
 		t.Fatal("lookup")
 	}
-	r.Mu.Lock()
+	r.Lock()
 	r.Transition(Completed, time.Now().Add(-time.Hour), "done")
-	r.Mu.Unlock()
+	r.Unlock()
 	if got := g.Ended(time.Now()); len(got) != 1 {
 		t.Fatalf("ended: %d", len(got))
 	}
@@ -44,11 +44,11 @@ func BenchmarkLineageLookup100k(b *testing.B) {
 	for i := range n {
 		id := fmt.Sprintf("r-%012d", i)
 		r, _ := g.GetOrCreate(Identity{ID: id, SessionID: "s-" + id, Tenant: "acme"})
-		r.Mu.Lock()
+		r.Lock()
 		r.Transition(Deciding, now, "")
 		r.Transition(ExecutingTools, now, "1 tool call(s)")
 		r.Record(now, Event{Type: EventModelCall, Model: "gpt-4o-mini", InputTokens: 500, OutputTokens: 20})
-		r.Mu.Unlock()
+		r.Unlock()
 		for k := range 3 {
 			g.Index(fmt.Sprintf("%scall_%d_%d", KeyToolCall, i, k), id)
 		}
@@ -77,12 +77,12 @@ func BenchmarkEndedScan100k(b *testing.B) {
 	now := time.Now()
 	for i := range n {
 		r, _ := g.GetOrCreate(Identity{ID: fmt.Sprintf("r-%012d", i)})
-		r.Mu.Lock()
+		r.Lock()
 		r.Transition(Deciding, now, "")
 		if i%10 == 0 {
 			r.Transition(Completed, now.Add(-time.Minute), "done")
 		}
-		r.Mu.Unlock()
+		r.Unlock()
 	}
 	b.ReportAllocs()
 	for b.Loop() {

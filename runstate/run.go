@@ -64,10 +64,11 @@ type Termination struct {
 	ResumeToken string   `json:"-"`
 }
 
-// Run is one agent task. All fields are guarded by Mu; the pipeline holds
-// it across a stage so that the checks and the transition are one step.
+// Run is one agent task. All fields are guarded by its mutex (Lock,
+// Unlock); the pipeline holds it across a stage so that the checks and the
+// transition are one step.
 type Run struct {
-	Mu sync.Mutex
+	mu sync.Mutex
 	Identity
 	State    State
 	Counters Counters
@@ -205,6 +206,15 @@ func (r *Run) Terminate(s State, t Termination, now time.Time) bool {
 	return true
 }
 
+// Lock takes the run's mutex, which guards all its fields.
+func (r *Run) Lock() { r.mu.Lock() }
+
+// Unlock lets go of the run's mutex.
+func (r *Run) Unlock() { r.mu.Unlock() }
+
+// TryLock takes the run's mutex when it is free, and reports whether it did.
+func (r *Run) TryLock() bool { return r.mu.TryLock() }
+
 // AddCancel registers an in-flight call's cancel function; the returned
 // function unregisters it.
 func (r *Run) AddCancel(cancel func()) (remove func()) {
@@ -215,9 +225,9 @@ func (r *Run) AddCancel(cancel func()) (remove func()) {
 	k := r.nextCancel
 	r.cancels[k] = cancel
 	return func() {
-		r.Mu.Lock()
+		r.Lock()
 		delete(r.cancels, k)
-		r.Mu.Unlock()
+		r.Unlock()
 	}
 }
 
