@@ -30,9 +30,6 @@ import (
 // one governed call. Both run the pipeline's BeginTool/FinishTool and
 // render its answers in their own format.
 
-// HeaderRunDeadline carries the run's remaining time to a tool.
-const HeaderRunDeadline = "X-Run-Deadline-Ms"
-
 // toolTarget is an upstream tool endpoint with its credential headers,
 // resolved once at start: the agent and the model only see the route.
 type toolTarget struct {
@@ -97,18 +94,10 @@ func (s *Server) DeclareTools() { s.tools() }
 
 // toolCall builds the pipeline's call from the request's run headers.
 func (s *Server) toolCall(ctx *fasthttp.RequestCtx, principal pipeline.Principal, server, name string, args []byte) *pipeline.ToolCall {
-	h := &ctx.Request.Header
-	return &pipeline.ToolCall{
-		Server: server, Name: name, Arguments: args,
-		RunID:       string(h.Peek("X-Run-Id")),
-		SessionID:   string(h.Peek("X-Session-Id")),
-		AgentID:     string(h.Peek("X-Agent-Id")),
-		ParentRunID: string(h.Peek("X-Parent-Run-Id")),
-		TaskType:    string(h.Peek("X-Task-Type")),
-		RunBudget:   string(h.Peek("X-Run-Budget")),
-		Principal:   principal,
-		Timeout:     s.o.Limits.UpstreamTimeout,
-	}
+	c := &pipeline.ToolCall{Server: server, Name: name, Arguments: args,
+		Principal: principal, Timeout: s.o.Limits.UpstreamTimeout}
+	c.ReadHeaders(func(name string) string { return string(ctx.Request.Header.Peek(name)) })
+	return c
 }
 
 // toolRequest builds the upstream request: the agent's headers less its
@@ -127,8 +116,7 @@ func (tr *toolRoutes) toolRequest(ctx context.Context, in *fasthttp.RequestCtx, 
 		name := http.CanonicalHeaderKey(string(k))
 		switch {
 		case hopHeaders[name], name == "Host", name == "Accept-Encoding", name == "Authorization",
-			name == "X-Api-Key", name == "Cookie", strings.HasPrefix(name, "X-Run-"), name == "X-Session-Id",
-			name == "X-Agent-Id", name == "X-Parent-Run-Id", name == "X-Task-Type":
+			name == "X-Api-Key", name == "Cookie", pipeline.IsRunHeader(name):
 			return
 		}
 		req.Header.Add(name, string(v))
@@ -137,7 +125,7 @@ func (tr *toolRoutes) toolRequest(ctx context.Context, in *fasthttp.RequestCtx, 
 		req.Header.Set(k, v)
 	}
 	if deadlineMs > 0 {
-		req.Header.Set(HeaderRunDeadline, strconv.FormatInt(deadlineMs, 10))
+		req.Header.Set(pipeline.HeaderRunDeadline, strconv.FormatInt(deadlineMs, 10))
 	}
 	return req, nil
 }
