@@ -174,7 +174,7 @@ func retryable(status int, header func(string) string, err error) (bool, time.Du
 		return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded), 0
 	}
 	if status == 429 || status >= 500 {
-		if header("x-should-retry") == "false" {
+		if header(pipeline.HeaderShouldRetry) == "false" {
 			return false, 0
 		}
 		return true, retryAfter(header("Retry-After"))
