@@ -37,7 +37,7 @@ type exchange struct {
 	body  []byte // request body, accumulated if Envoy streams it
 	// reqHeld: request body pieces were held back (body not BUFFERED).
 	reqHeld bool
-	x       *pipeline.Exchange
+	ex      *pipeline.Exchange // the model call, once begun
 
 	// Response side.
 	streamed bool   // a 2xx text/event-stream relayed through the tap
@@ -147,10 +147,10 @@ func (x *exchange) begin(headersOnly bool) *extprocv3.ProcessingResponse {
 	call := &pipeline.Call{API: x.codec.API(), Body: x.body, Principal: principal}
 	call.ReadHeaders(x.hdr.get)
 	var rep *pipeline.Reply
-	if x.x, rep = x.s.p.Open(x.ctx, call, x.codec); rep != nil {
+	if x.ex, rep = x.s.p.Open(x.ctx, call, x.codec); rep != nil {
 		return x.reply(*rep)
 	}
-	t := x.x.Turn()
+	t := x.ex.Turn()
 
 	m := &mutation{}
 	for name := range x.hdr {
@@ -182,7 +182,7 @@ func (x *exchange) begin(headersOnly bool) *extprocv3.ProcessingResponse {
 	}
 	// The run's trace context travels upstream as traceparent; a no-op
 	// when tracing is off.
-	x.x.Forward(m.set)
+	x.ex.Forward(m.set)
 	if headersOnly {
 		// No body message will come: nothing to mutate but headers.
 		return headersResponse(false, m.build(), modelMode())
@@ -212,7 +212,7 @@ func (x *exchange) swapKey(m *mutation, prov *config.Provider) {
 // chunk by chunk through the tap, anything else buffered so that Finish can
 // replace it.
 func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders, attrs attributes) *extprocv3.ProcessingResponse {
-	if !x.model || x.x == nil || x.ended {
+	if !x.model || x.ex == nil || x.ended {
 		return headersResponse(true, nil, nil)
 	}
 	rh := readHeaders(h.GetHeaders())
@@ -220,10 +220,10 @@ func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders, attrs attributes) *
 		// Envoy's own reply for an upstream it could not reach: the proxy
 		// sees a transport error here, so report the same.
 		x.ended = true
-		return x.reply(x.x.Finish(nil, err))
+		return x.reply(x.ex.Finish(nil, err))
 	}
 	status, _ := strconv.Atoi(rh.get(":status"))
-	x.streamed = x.x.Respond(status, strings.HasPrefix(rh.get("content-type"), "text/event-stream"))
+	x.streamed = x.ex.Respond(status, strings.HasPrefix(rh.get("content-type"), "text/event-stream"))
 	m := &mutation{}
 	x.runHeaders(m, rh)
 	if x.streamed {
@@ -232,7 +232,7 @@ func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders, attrs attributes) *
 	}
 	if h.GetEndOfStream() {
 		x.ended = true
-		if rep := x.x.Finish(nil, nil); rep.Answer != nil || rep.Cut {
+		if rep := x.ex.Finish(nil, nil); rep.Answer != nil || rep.Cut {
 			return x.reply(rep)
 		}
 		m = &mutation{}
@@ -253,7 +253,7 @@ func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders, attrs attributes) *
 // drops any the upstream sent.
 func (x *exchange) runHeaders(m *mutation, upstream headers) {
 	set := map[string]bool{}
-	x.x.Headers(func(name, value string) {
+	x.ex.Headers(func(name, value string) {
 		m.set(name, value)
 		set[strings.ToLower(name)] = true
 	})
@@ -267,17 +267,17 @@ func (x *exchange) runHeaders(m *mutation, upstream headers) {
 // responseBody relays a stream through the tap, or collects a buffered
 // body and lets Finish judge it.
 func (x *exchange) responseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
-	if !x.model || x.x == nil || x.ended {
+	if !x.model || x.ex == nil || x.ended {
 		return bodyResponse(true, nil, nil)
 	}
 	chunk := b.GetBody()
 	eos := b.GetEndOfStream()
 	if x.streamed {
-		out, _ := x.x.Feed(chunk)
+		out, _ := x.ex.Feed(chunk)
 		if eos {
-			out = append(append([]byte(nil), out...), x.x.End()...)
+			out = append(append([]byte(nil), out...), x.ex.End()...)
 			x.ended = true
-			rep := x.x.Finish(nil, nil)
+			rep := x.ex.Finish(nil, nil)
 			if rep.Cut {
 				// The upstream ended before the stream's terminal event:
 				// once the response started, Envoy resets the client's
@@ -297,7 +297,7 @@ func (x *exchange) responseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResp
 	x.resp = append(x.resp, chunk...)
 	if lim := x.s.o.Limits.MaxResponseBytes; lim > 0 && int64(len(x.resp)) > lim {
 		x.ended = true
-		return x.reply(x.x.Finish(nil, errResponseTooLarge))
+		return x.reply(x.ex.Finish(nil, errResponseTooLarge))
 	}
 	if !eos {
 		// The BUFFERED override was refused: hold the pieces back and
@@ -306,7 +306,7 @@ func (x *exchange) responseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResp
 		return bodyResponse(true, nil, clearBody())
 	}
 	x.ended = true
-	rep := x.x.Finish(x.resp, nil)
+	rep := x.ex.Finish(x.resp, nil)
 	if rep.Answer != nil {
 		return x.reply(rep)
 	}
@@ -334,7 +334,7 @@ func (x *exchange) immediate(a *pipeline.Answer) *extprocv3.ProcessingResponse {
 // answer that tells the client its stream was cut, with the run headers.
 func (x *exchange) reply(rep pipeline.Reply) *extprocv3.ProcessingResponse {
 	if rep.Answer == nil && rep.Cut {
-		rep.Answer = x.x.CutAnswer()
+		rep.Answer = x.ex.CutAnswer()
 	}
 	x.answered = true
 	m := &mutation{}
@@ -345,10 +345,10 @@ func (x *exchange) reply(rep pipeline.Reply) *extprocv3.ProcessingResponse {
 // runDone is closed when the run is cancelled or ends while this call is
 // upstream; nil (never ready) otherwise.
 func (x *exchange) runDone() <-chan struct{} {
-	if x.x == nil || x.ended || x.answered {
+	if x.ex == nil || x.ended || x.answered {
 		return nil
 	}
-	if ctx := x.x.Turn().Ctx; ctx != nil {
+	if ctx := x.ex.Turn().Ctx; ctx != nil {
 		return ctx.Done()
 	}
 	return nil
@@ -360,13 +360,13 @@ func (x *exchange) runDone() <-chan struct{} {
 // upstream call as the proxy's cancellation does.
 func (x *exchange) runEnded() *extprocv3.ProcessingResponse {
 	x.ended = true
-	return x.reply(x.x.Finish(nil, context.Canceled))
+	return x.reply(x.ex.Finish(nil, context.Canceled))
 }
 
 // abort settles a call whose stream broke off: Finish runs exactly once,
 // whatever happened.
 func (x *exchange) abort(err error) {
-	if x.x == nil || x.ended || x.answered {
+	if x.ex == nil || x.ended || x.answered {
 		return
 	}
 	x.ended = true
@@ -375,9 +375,9 @@ func (x *exchange) abort(err error) {
 	// (An upstream reset mid-stream reaches here the same way: Envoy
 	// resets the client's stream and closes this one, and nothing on it
 	// tells the two apart.)
-	x.s.log.Debug("ext_proc stream ended early", "run_id", x.x.RunID(), "err", err)
-	x.x.Abort()
-	x.x.Finish(nil, context.Canceled)
+	x.s.log.Debug("ext_proc stream ended early", "run_id", x.ex.RunID(), "err", err)
+	x.ex.Abort()
+	x.ex.Finish(nil, context.Canceled)
 }
 
 // upstreamTimeoutMs is a call's timeout as the router's header gives it:
