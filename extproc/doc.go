@@ -3,9 +3,11 @@
 // listener. Envoy hands it each HTTP exchange as a sequence of messages —
 // request headers, buffered request body, response headers, streamed (or
 // buffered) response body — and this package turns that sequence into the
-// same core calls the fasthttp proxy makes: pipeline.Begin before
-// forwarding, Turn.Feed for every response chunk, pipeline.Finish exactly
-// once at the end, whatever happened to the stream.
+// same pipeline.Exchange the fasthttp proxy drives: Open before
+// forwarding, Respond at the response headers, Feed for every response
+// chunk, Finish exactly once at the end, whatever happened to the stream,
+// and the Reply written as header and body mutations or an
+// ImmediateResponse.
 //
 // It owns: the ext_proc stream → the same core calls; header and body
 // mutations; ImmediateResponse for refusals and synthetic final answers;

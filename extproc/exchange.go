@@ -37,11 +37,9 @@ type exchange struct {
 	body  []byte // request body, accumulated if Envoy streams it
 	// reqHeld: request body pieces were held back (body not BUFFERED).
 	reqHeld bool
-	t       *pipeline.Turn
-	sent    time.Time // when the request was released to the upstream
+	ex      *pipeline.Exchange // the model call, once begun
 
 	// Response side.
-	status   int
 	streamed bool   // a 2xx text/event-stream relayed through the tap
 	held     bool   // response chunks were held back (body not BUFFERED)
 	resp     []byte // buffered response body
@@ -96,7 +94,7 @@ func (x *exchange) requestHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processin
 	x.model = true
 	if _, ok := x.credential(); !ok {
 		return x.immediate(&pipeline.Answer{Status: 401, ContentType: "application/json",
-			Body: x.codec.ErrorBody(wire.ErrAuthentication, "unknown API key", nil)}, false)
+			Body: x.codec.ErrorBody(wire.ErrAuthentication, "unknown API key", nil)})
 	}
 	if h.GetEndOfStream() {
 		return x.begin(true)
@@ -113,7 +111,7 @@ func (x *exchange) passThrough(anthropicCaller bool) *extprocv3.ProcessingRespon
 	}
 	if _, ok := x.credential(); !ok {
 		return x.immediate(&pipeline.Answer{Status: 401, ContentType: "application/json",
-			Body: codec.ErrorBody(wire.ErrAuthentication, "unknown API key", nil)}, false)
+			Body: codec.ErrorBody(wire.ErrAuthentication, "unknown API key", nil)})
 	}
 	m := &mutation{}
 	x.swapKey(m, prov)
@@ -143,31 +141,21 @@ func (x *exchange) requestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingRespo
 func (x *exchange) begin(headersOnly bool) *extprocv3.ProcessingResponse {
 	if lim := x.s.o.Limits.MaxBodyBytes; lim > 0 && int64(len(x.body)) > lim {
 		return x.immediate(&pipeline.Answer{Status: 413, ContentType: "application/json",
-			Body: x.codec.ErrorBody(wire.ErrTooLarge, "request body exceeds the gateway's limit", nil)}, false)
+			Body: x.codec.ErrorBody(wire.ErrTooLarge, "request body exceeds the gateway's limit", nil)})
 	}
 	principal, _ := x.credential()
-	call := &pipeline.Call{
-		API:         x.codec.API(),
-		Body:        x.body,
-		RunID:       x.hdr.get("x-run-id"),
-		SessionID:   x.hdr.get("x-session-id"),
-		AgentID:     x.hdr.get("x-agent-id"),
-		ParentRunID: x.hdr.get("x-parent-run-id"),
-		TaskType:    x.hdr.get("x-task-type"),
-		RunBudget:   x.hdr.get("x-run-budget"),
-		Principal:   principal,
+	call := &pipeline.Call{API: x.codec.API(), Body: x.body, Principal: principal}
+	call.ReadHeaders(x.hdr.get)
+	var rep *pipeline.Reply
+	if x.ex, rep = x.s.p.Open(x.ctx, call, x.codec); rep != nil {
+		return x.reply(*rep)
 	}
-	x.t = x.s.p.Begin(x.ctx, call, x.codec)
-	if x.t.Answer != nil {
-		x.s.p.Finish(x.ctx, x.t, pipeline.Outcome{})
-		return x.immediate(x.t.Answer, true)
-	}
+	t := x.ex.Turn()
 
 	m := &mutation{}
 	for name := range x.hdr {
 		// Run headers are the gateway's, never the provider's.
-		if strings.HasPrefix(name, "x-run-") || name == "x-session-id" || name == "x-agent-id" ||
-			name == "x-parent-run-id" || name == "x-task-type" {
+		if pipeline.IsRunHeader(name) {
 			m.remove(name)
 		}
 	}
@@ -183,16 +171,18 @@ func (x *exchange) begin(headersOnly bool) *extprocv3.ProcessingResponse {
 	// fired up to a millisecond before the run reached its final reserve,
 	// and the run's deadline, which ends the run when its timeout fires
 	// inside that reserve, turned into a plain 504.
-	if x.t.Timeout > 0 {
-		m.set(headerUpstreamTimeout, strconv.FormatInt(upstreamTimeoutMs(x.t.Timeout), 10))
+	if t.Timeout > 0 {
+		m.set(headerUpstreamTimeout, strconv.FormatInt(upstreamTimeoutMs(t.Timeout), 10))
 	}
 	var body *extprocv3.BodyMutation
-	changed := !bytes.Equal(x.t.UpstreamBody, x.body)
+	changed := !bytes.Equal(t.UpstreamBody, x.body)
 	if changed || x.reqHeld {
-		body = replaceBody(x.t.UpstreamBody)
-		m.set("content-length", strconv.Itoa(len(x.t.UpstreamBody)))
+		body = replaceBody(t.UpstreamBody)
+		m.set("content-length", strconv.Itoa(len(t.UpstreamBody)))
 	}
-	x.sent = time.Now()
+	// The run's trace context travels upstream as traceparent; a no-op
+	// when tracing is off.
+	x.ex.Forward(m.set)
 	if headersOnly {
 		// No body message will come: nothing to mutate but headers.
 		return headersResponse(false, m.build(), modelMode())
@@ -222,24 +212,18 @@ func (x *exchange) swapKey(m *mutation, prov *config.Provider) {
 // chunk by chunk through the tap, anything else buffered so that Finish can
 // replace it.
 func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders, attrs attributes) *extprocv3.ProcessingResponse {
-	if !x.model || x.t == nil || x.ended {
+	if !x.model || x.ex == nil || x.ended {
 		return headersResponse(true, nil, nil)
 	}
 	rh := readHeaders(h.GetHeaders())
-	x.status, _ = strconv.Atoi(rh.get(":status"))
 	if err := localFailure(attrs); err != nil {
 		// Envoy's own reply for an upstream it could not reach: the proxy
 		// sees a transport error here, so report the same.
 		x.ended = true
-		a := x.s.p.Finish(x.ctx, x.t, pipeline.Outcome{Err: err, UpstreamWait: time.Since(x.sent)})
-		if a == nil {
-			a = &pipeline.Answer{Status: 502, ContentType: "application/json",
-				Body: x.codec.ErrorBody(wire.ErrBadGateway, "upstream failed", nil)}
-		}
-		return x.immediate(a, true)
+		return x.reply(x.ex.Finish(nil, err))
 	}
-	x.streamed = x.status >= 200 && x.status <= 299 &&
-		strings.HasPrefix(rh.get("content-type"), "text/event-stream")
+	status, _ := strconv.Atoi(rh.get(":status"))
+	x.streamed = x.ex.Respond(status, strings.HasPrefix(rh.get("content-type"), "text/event-stream"))
 	m := &mutation{}
 	x.runHeaders(m, rh)
 	if x.streamed {
@@ -248,13 +232,8 @@ func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders, attrs attributes) *
 	}
 	if h.GetEndOfStream() {
 		x.ended = true
-		cut := x.streamed && x.t.Cut()
-		out := pipeline.Outcome{Status: x.status, Streamed: x.streamed, UpstreamWait: time.Since(x.sent)}
-		if a := x.s.p.Finish(x.ctx, x.t, out); a != nil {
-			return x.immediate(a, true)
-		}
-		if cut {
-			return x.immediate(x.t.CutAnswer(), true)
+		if rep := x.ex.Finish(nil, nil); rep.Answer != nil || rep.Cut {
+			return x.reply(rep)
 		}
 		m = &mutation{}
 		x.runHeaders(m, rh)
@@ -274,12 +253,12 @@ func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders, attrs attributes) *
 // drops any the upstream sent.
 func (x *exchange) runHeaders(m *mutation, upstream headers) {
 	set := map[string]bool{}
-	x.s.p.Headers(x.t, func(name, value string) {
+	x.ex.Headers(func(name, value string) {
 		m.set(name, value)
 		set[strings.ToLower(name)] = true
 	})
 	for name := range upstream {
-		if strings.HasPrefix(name, "x-run-") && !set[name] {
+		if pipeline.HasRunPrefix(name) && !set[name] {
 			m.remove(name)
 		}
 	}
@@ -288,27 +267,26 @@ func (x *exchange) runHeaders(m *mutation, upstream headers) {
 // responseBody relays a stream through the tap, or collects a buffered
 // body and lets Finish judge it.
 func (x *exchange) responseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
-	if !x.model || x.t == nil || x.ended {
+	if !x.model || x.ex == nil || x.ended {
 		return bodyResponse(true, nil, nil)
 	}
 	chunk := b.GetBody()
 	eos := b.GetEndOfStream()
 	if x.streamed {
-		out := x.t.Feed(chunk)
+		out, _ := x.ex.Feed(chunk)
 		if eos {
-			out = append(append([]byte(nil), out...), x.t.End()...)
+			out = append(append([]byte(nil), out...), x.ex.End()...)
 			x.ended = true
-			cut := x.t.Cut()
-			x.s.p.Finish(x.ctx, x.t, pipeline.Outcome{Status: x.status, Streamed: true, UpstreamWait: time.Since(x.sent)})
-			if cut {
+			rep := x.ex.Finish(nil, nil)
+			if rep.Cut {
 				// The upstream ended before the stream's terminal event:
 				// once the response started, Envoy resets the client's
 				// stream for an immediate response, so the client sees
 				// an error rather than a clean end.
-				return x.immediate(x.t.CutAnswer(), true)
+				return x.reply(rep)
 			}
 			// A held tool call goes out judged: as it came, or replaced.
-			out = append(out, x.t.Release()...)
+			out = append(out, rep.Tail...)
 		}
 		if bytes.Equal(out, chunk) {
 			return bodyResponse(true, nil, nil)
@@ -319,12 +297,7 @@ func (x *exchange) responseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResp
 	x.resp = append(x.resp, chunk...)
 	if lim := x.s.o.Limits.MaxResponseBytes; lim > 0 && int64(len(x.resp)) > lim {
 		x.ended = true
-		a := x.s.p.Finish(x.ctx, x.t, pipeline.Outcome{Err: errResponseTooLarge, UpstreamWait: time.Since(x.sent)})
-		if a == nil {
-			a = &pipeline.Answer{Status: 502, ContentType: "application/json",
-				Body: x.codec.ErrorBody(wire.ErrBadGateway, "upstream failed", nil)}
-		}
-		return x.immediate(a, true)
+		return x.reply(x.ex.Finish(nil, errResponseTooLarge))
 	}
 	if !eos {
 		// The BUFFERED override was refused: hold the pieces back and
@@ -333,12 +306,12 @@ func (x *exchange) responseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResp
 		return bodyResponse(true, nil, clearBody())
 	}
 	x.ended = true
-	out := pipeline.Outcome{Status: x.status, Body: x.resp, UpstreamWait: time.Since(x.sent)}
-	if a := x.s.p.Finish(x.ctx, x.t, out); a != nil {
-		return x.immediate(a, true)
+	rep := x.ex.Finish(x.resp, nil)
+	if rep.Answer != nil {
+		return x.reply(rep)
 	}
 	m := &mutation{}
-	x.s.p.Headers(x.t, m.set)
+	rep.Headers(m.set)
 	var body *extprocv3.BodyMutation
 	if x.held {
 		body = replaceBody(x.resp)
@@ -348,28 +321,37 @@ func (x *exchange) responseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResp
 
 var errResponseTooLarge = errors.New("upstream response exceeds the gateway's limit")
 
-// immediate ends the exchange with the gateway's own answer; run adds the
-// X-Run-* headers (every answer after Begin identified a run has them).
-func (x *exchange) immediate(a *pipeline.Answer, run bool) *extprocv3.ProcessingResponse {
+// immediate ends the exchange with the gateway's own answer, given before
+// a call was begun.
+func (x *exchange) immediate(a *pipeline.Answer) *extprocv3.ProcessingResponse {
 	x.answered = true
 	m := &mutation{}
-	m.set("content-type", a.ContentType)
-	if a.NoRetry {
-		m.set("x-should-retry", "false")
-	}
-	if run && x.t != nil {
-		x.s.p.Headers(x.t, m.set)
-	}
+	pipeline.AnswerHeaders(a, m.set)
 	return immediateResponse(a, m.build())
+}
+
+// reply ends the exchange with the pipeline's reply: its answer, or the
+// answer that tells the client its stream was cut, with the run headers.
+func (x *exchange) reply(rep pipeline.Reply) *extprocv3.ProcessingResponse {
+	if rep.Answer == nil && rep.Cut {
+		rep.Answer = x.ex.CutAnswer()
+	}
+	x.answered = true
+	m := &mutation{}
+	rep.Headers(m.set)
+	return immediateResponse(rep.Answer, m.build())
 }
 
 // runDone is closed when the run is cancelled or ends while this call is
 // upstream; nil (never ready) otherwise.
 func (x *exchange) runDone() <-chan struct{} {
-	if x.t == nil || x.t.Ctx == nil || x.ended || x.answered {
+	if x.ex == nil || x.ended || x.answered {
 		return nil
 	}
-	return x.t.Ctx.Done()
+	if ctx := x.ex.Turn().Ctx; ctx != nil {
+		return ctx.Done()
+	}
+	return nil
 }
 
 // runEnded ends a call whose run was cancelled or ended while it was
@@ -378,23 +360,13 @@ func (x *exchange) runDone() <-chan struct{} {
 // upstream call as the proxy's cancellation does.
 func (x *exchange) runEnded() *extprocv3.ProcessingResponse {
 	x.ended = true
-	out := pipeline.Outcome{Err: context.Canceled, UpstreamWait: time.Since(x.sent)}
-	if x.streamed {
-		x.t.End()
-		out.Status, out.Streamed = x.status, true
-	}
-	a := x.s.p.Finish(x.ctx, x.t, out)
-	if a == nil {
-		a = &pipeline.Answer{Status: 502, ContentType: "application/json",
-			Body: x.codec.ErrorBody(wire.ErrBadGateway, "call cancelled", nil)}
-	}
-	return x.immediate(a, true)
+	return x.reply(x.ex.Finish(nil, context.Canceled))
 }
 
 // abort settles a call whose stream broke off: Finish runs exactly once,
 // whatever happened.
 func (x *exchange) abort(err error) {
-	if x.t == nil || x.ended || x.answered {
+	if x.ex == nil || x.ended || x.answered {
 		return
 	}
 	x.ended = true
@@ -403,14 +375,9 @@ func (x *exchange) abort(err error) {
 	// (An upstream reset mid-stream reaches here the same way: Envoy
 	// resets the client's stream and closes this one, and nothing on it
 	// tells the two apart.)
-	x.s.log.Debug("ext_proc stream ended early", "run_id", x.t.RunID(), "err", err)
-	x.t.Abort()
-	out := pipeline.Outcome{Err: context.Canceled, UpstreamWait: time.Since(x.sent)}
-	if x.streamed {
-		x.t.End()
-		out.Status, out.Streamed = x.status, true
-	}
-	x.s.p.Finish(x.ctx, x.t, out)
+	x.s.log.Debug("ext_proc stream ended early", "run_id", x.ex.RunID(), "err", err)
+	x.ex.Abort()
+	x.ex.Finish(nil, context.Canceled)
 }
 
 // upstreamTimeoutMs is a call's timeout as the router's header gives it:

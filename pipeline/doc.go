@@ -9,6 +9,11 @@
 //	ReadBack → when the answer called the gateway's read tool (offered with
 //	           cut tool output): its results, and the next round's Begin
 //
+// A front end drives those steps through an Exchange (exchange.go: Open,
+// Forward, Respond, Feed, End, Finish, which gives the Reply to write) and
+// a tool call through a ToolExchange; the header names both front ends
+// read and write are defined once, in headers.go.
+//
 // It composes the domain packages (runstate, accounting, policy, loopguard)
 // and turns their verdicts into termination reasons, wrap-up calls and
 // finalize / reject answers rendered by the wire codecs. A run's end ends

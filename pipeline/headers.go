@@ -11,14 +11,90 @@ import (
 	"github.com/haltline/haltline/runstate"
 )
 
-// Response header names (docs/design.md §3).
+// The gateway's header names (docs/design.md §3), for both front ends.
+// HeaderRunID names the run on a request and on every answer alike.
 const (
-	HeaderRunID           = "X-Run-Id"
+	HeaderRunID = "X-Run-Id"
+
+	// On a request: the agent's, read by ReadHeaders; none goes upstream
+	// (IsRunHeader).
+	HeaderSessionID   = "X-Session-Id"
+	HeaderAgentID     = "X-Agent-Id"
+	HeaderParentRunID = "X-Parent-Run-Id"
+	HeaderTaskType    = "X-Task-Type"
+	HeaderRunBudget   = "X-Run-Budget"
+
+	// On an answer: the run as it stands (Headers).
 	HeaderRunState        = "X-Run-State"
 	HeaderRunStep         = "X-Run-Step"
 	HeaderBudgetRemaining = "X-Run-Budget-Remaining"
 	HeaderTermination     = "X-Run-Termination"
+
+	// HeaderRunDeadline carries the run's remaining time to a tool.
+	HeaderRunDeadline = "X-Run-Deadline-Ms"
+	// HeaderShouldRetry: false tells the official SDKs not to retry a
+	// refusal (Answer.NoRetry).
+	HeaderShouldRetry = "x-should-retry"
 )
+
+// runHeaderPrefix starts every header of the run's own (X-Run-*).
+const runHeaderPrefix = "x-run-"
+
+// requestKeys are the request's run headers in lower case, as HTTP/2 and
+// Envoy spell them, in the order ReadHeaders reads them.
+var requestKeys = func() (k [6]string) {
+	for i, name := range [...]string{HeaderRunID, HeaderSessionID, HeaderAgentID, HeaderParentRunID, HeaderTaskType, HeaderRunBudget} {
+		k[i] = strings.ToLower(name)
+	}
+	return k
+}()
+
+// ReadHeaders sets the call's run headers from get, which is given each
+// name in lower case and must match it in any case (fasthttp's Peek does).
+func (c *Call) ReadHeaders(get func(name string) string) {
+	readRunHeaders(get, &c.RunID, &c.SessionID, &c.AgentID, &c.ParentRunID, &c.TaskType, &c.RunBudget)
+}
+
+// ReadHeaders sets the tool call's run headers from get, as Call.ReadHeaders.
+func (c *ToolCall) ReadHeaders(get func(name string) string) {
+	readRunHeaders(get, &c.RunID, &c.SessionID, &c.AgentID, &c.ParentRunID, &c.TaskType, &c.RunBudget)
+}
+
+func readRunHeaders(get func(string) string, dst ...*string) {
+	for i, d := range dst {
+		*d = get(requestKeys[i])
+	}
+}
+
+// IsRunHeader reports whether a request header (name in any case) is the
+// gateway's: X-Run-* or another of the run headers. The agent's never go
+// upstream.
+func IsRunHeader(name string) bool {
+	if HasRunPrefix(name) {
+		return true
+	}
+	for _, k := range requestKeys[1:] {
+		if strings.EqualFold(name, k) {
+			return true
+		}
+	}
+	return false
+}
+
+// HasRunPrefix reports whether name (any case) is an X-Run-* header: on an
+// upstream's answer, one the client must get from the gateway only.
+func HasRunPrefix(name string) bool {
+	return len(name) >= len(runHeaderPrefix) && strings.EqualFold(name[:len(runHeaderPrefix)], runHeaderPrefix)
+}
+
+// AnswerHeaders calls set for the headers of an answer of the gateway's
+// own: its content type and, for a refusal not to retry, x-should-retry.
+func AnswerHeaders(a *Answer, set func(name, value string)) {
+	set("Content-Type", a.ContentType)
+	if a.NoRetry {
+		set(HeaderShouldRetry, "false")
+	}
+}
 
 // Headers calls set for each X-Run-* response header of the turn, as the run
 // stands now.

@@ -11,11 +11,11 @@
 // the runtime's bookkeeping for calls that might woke its monitor thread
 // on every busy spell).
 //
-// It must not decide anything about budgets, policy or run state: it turns
-// each request into pipeline.Begin / Turn.Feed / pipeline.Finish (and
-// Turn.Release for a held tool call), runs the read-back rounds the
-// pipeline asks for (readback.go) within the client's request, and writes
-// what the pipeline answers. (Only a build with the haltline_decompose tag
+// It must not decide anything about budgets, policy or run state: it drives
+// each model call through a pipeline.Exchange (Open, Forward, Respond,
+// Feed, End, Finish) and each tool call through a pipeline.ToolExchange,
+// runs the read-back rounds the pipeline asks for (readback.go) within the
+// client's request, and writes the Reply the pipeline gives. (Only a build with the haltline_decompose tag
 // can relay a call without the pipeline, for the load harness's
 // -decompose: decompose.go.)
 package proxy

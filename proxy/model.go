@@ -47,92 +47,68 @@ func (s *Server) model(ctx *fasthttp.RequestCtx, codec wire.Codec, prov *config.
 	}
 	h := &ctx.Request.Header
 	call := &pipeline.Call{
-		API:         codec.API(),
-		Body:        body,
-		RunID:       string(h.Peek("X-Run-Id")),
-		SessionID:   string(h.Peek("X-Session-Id")),
-		AgentID:     string(h.Peek("X-Agent-Id")),
-		ParentRunID: string(h.Peek("X-Parent-Run-Id")),
-		TaskType:    string(h.Peek("X-Task-Type")),
-		RunBudget:   string(h.Peek("X-Run-Budget")),
-		Principal:   principal,
-		ReadsBack:   true,
+		API:       codec.API(),
+		Body:      body,
+		Principal: principal,
+		ReadsBack: true,
 		Upstream: func(cctx context.Context, body []byte) (int, []byte, error) {
 			return s.ownCall(cctx, ctx, prov, body)
 		},
 	}
-	bg := context.Background()
-	t := s.p.Begin(bg, call, codec)
-	if t.Answer != nil {
-		s.p.Finish(bg, t, pipeline.Outcome{})
-		s.p.Headers(t, ctx.Response.Header.Set)
-		setOverhead(ctx, received, 0)
-		writeAnswer(ctx, t.Answer)
+	call.ReadHeaders(func(name string) string { return string(h.Peek(name)) })
+	x, rep := s.p.Open(context.Background(), call, codec)
+	if rep != nil {
+		s.reply(ctx, x, *rep, received)
 		return
 	}
 
-	// The upstream call lives as long as the run allows (t.Ctx is cancelled
-	// on cancel or termination), the per-call timeout, and the client.
-	watch := watchHangupAfter(ctx.Conn(), hangupWatchDelay, t.Abort)
+	// The upstream call lives as long as the run allows (its context is
+	// cancelled on cancel or termination), the per-call timeout, and the
+	// client.
+	watch := watchHangupAfter(ctx.Conn(), hangupWatchDelay, x.Abort)
 	// The run's trace context travels upstream as traceparent (copied
 	// with the agent's headers); a no-op when tracing is off.
-	s.p.Forwarding(t, func(k, v string) { h.Set(k, v) })
-	start := time.Now()
+	x.Forward(h.Set)
+	t := x.Turn()
 	up := s.fastFor(prov)
 	if t.ReadBackOffered() {
 		watch.Stop()
-		s.readBackRounds(ctx, t, prov, up, received)
+		s.readBackRounds(ctx, x, prov, up, received)
 		return
 	}
 	if up != nil && !t.Req.Stream {
-		s.relayBuffered(ctx, t, prov, up, start, received)
+		s.relayBuffered(ctx, x, prov, up, received)
 		watch.Stop()
 		return
 	}
 	ans, err := s.sendOpen(ctx, t, prov, up)
-	wait := time.Since(start)
-	firstByte := wait // the answer's headers are in
 	if err != nil {
 		watch.Stop()
-		s.answerFinish(ctx, t, pipeline.Outcome{Err: err, UpstreamWait: wait}, received)
+		s.reply(ctx, x, x.Finish(nil, err), received)
 		return
 	}
-	if ans.status < 200 || ans.status > 299 || !ans.eventStream {
+	if !x.Respond(ans.status, ans.eventStream) {
 		body, rerr := readBounded(ans.body, s.o.Limits.MaxResponseBytes)
 		ans.body.Close()
 		watch.Stop()
-		wait = time.Since(start)
-		if rerr != nil {
-			ans.free()
-			s.answerFinish(ctx, t, pipeline.Outcome{Err: rerr, UpstreamWait: wait}, received)
-			return
-		}
-		out := pipeline.Outcome{Status: ans.status, Body: body, UpstreamWait: wait, FirstByte: firstByte}
-		if a := s.p.Finish(bg, t, out); a != nil {
-			ans.free()
-			s.p.Headers(t, ctx.Response.Header.Set)
-			setOverhead(ctx, received, wait)
-			writeAnswer(ctx, a)
-			return
-		}
-		s.writeWhole(ctx, t, ans, body, received, wait)
+		s.writeWhole(ctx, x, x.Finish(body, rerr), ans, body, received)
 		return
 	}
 
 	// A stream: headers now, then every chunk as it arrives. Its overhead
 	// header covers the gateway's time up to the upstream's headers.
 	ans.copyHeaders(&ctx.Response.Header)
-	s.p.Headers(t, ctx.Response.Header.Set)
-	setOverhead(ctx, received, firstByte)
+	x.Headers(ctx.Response.Header.Set)
+	setOverhead(ctx, received, x.Waited())
 	ctx.SetStatusCode(ans.status)
 	streaming = true
 	ctx.Response.SetBodyStream(&streamBody{
-		up: ans.body, t: t, buf: chunkPool.Get().(*[]byte),
-		settle: func(out pipeline.Outcome) {
-			out.Status = ans.status
-			out.UpstreamWait = time.Since(start)
-			out.FirstByte = firstByte
-			s.p.Finish(context.WithoutCancel(t.Ctx), t, out)
+		up: ans.body, t: x, buf: chunkPool.Get().(*[]byte),
+		settle: func(err error) pipeline.Reply {
+			if s, ok := ans.body.(interface{ Settled() }); ok {
+				s.Settled() // the settlement cancels the turn: not the relay's last bytes
+			}
+			return x.Finish(nil, err)
 		},
 		done: func() {
 			ans.free()
@@ -155,15 +131,32 @@ type answer struct {
 	free        func()
 }
 
-// writeWhole answers the client with the upstream's answer, its headers
-// relayed and body whole (not aliasing ans, which it frees).
-func (s *Server) writeWhole(ctx *fasthttp.RequestCtx, t *pipeline.Turn, ans answer, body []byte, received time.Time, wait time.Duration) {
-	ans.copyHeaders(&ctx.Response.Header)
+// writeWhole answers the client with the upstream's whole answer, its
+// headers relayed, or with the pipeline's replacement (rep.Answer). body
+// must not alias ans, which it frees.
+func (s *Server) writeWhole(ctx *fasthttp.RequestCtx, x *pipeline.Exchange, rep pipeline.Reply, ans answer, body []byte, received time.Time) {
+	if rep.Answer == nil {
+		ans.copyHeaders(&ctx.Response.Header)
+	}
 	ans.free()
-	s.p.Headers(t, ctx.Response.Header.Set)
-	setOverhead(ctx, received, wait)
-	ctx.SetStatusCode(ans.status)
-	ctx.SetBody(body)
+	if !s.reply(ctx, x, rep, received) {
+		ctx.SetStatusCode(ans.status)
+		ctx.SetBody(body)
+	}
+}
+
+// reply sets what the gateway adds to the client's answer (the reply's
+// headers, the overhead) and writes the pipeline's replacement answer when
+// there is one; it reports whether there was.
+func (s *Server) reply(ctx *fasthttp.RequestCtx, x *pipeline.Exchange, rep pipeline.Reply, received time.Time) bool {
+	rep.Headers(ctx.Response.Header.Set)
+	setOverhead(ctx, received, x.Waited())
+	if a := rep.Answer; a != nil {
+		ctx.SetStatusCode(a.Status)
+		ctx.SetBody(a.Body)
+		return true
+	}
+	return false
 }
 
 // sendOpen forwards the turn's body and returns the answer with its body
@@ -177,27 +170,23 @@ func (s *Server) sendOpen(ctx *fasthttp.RequestCtx, t *pipeline.Turn, prov *conf
 
 // relayBuffered forwards a call that asked for no stream and answers with
 // the upstream's whole response (or the pipeline's replacement).
-func (s *Server) relayBuffered(ctx *fasthttp.RequestCtx, t *pipeline.Turn, prov *config.Provider, up *fastUpstream, start, received time.Time) {
+func (s *Server) relayBuffered(ctx *fasthttp.RequestCtx, x *pipeline.Exchange, prov *config.Provider, up *fastUpstream, received time.Time) {
+	t := x.Turn()
 	resp, err := s.sendBuffered(t.Ctx, ctx, t, prov, up)
-	wait := time.Since(start)
 	if err != nil {
-		s.answerFinish(ctx, t, pipeline.Outcome{Err: err, UpstreamWait: wait}, received)
+		s.reply(ctx, x, x.Finish(nil, err), received)
 		return
 	}
 	defer fasthttp.ReleaseResponse(resp)
-	body := resp.Body()
-	out := pipeline.Outcome{Status: resp.StatusCode(), Body: body, UpstreamWait: wait, FirstByte: wait}
-	if a := s.p.Finish(context.Background(), t, out); a != nil {
-		s.p.Headers(t, ctx.Response.Header.Set)
-		setOverhead(ctx, received, wait)
-		writeAnswer(ctx, a)
-		return
+	x.Respond(resp.StatusCode(), false)
+	rep := x.Finish(resp.Body(), nil)
+	if rep.Answer == nil {
+		addRelayed(&ctx.Response.Header, &resp.Header)
 	}
-	addRelayed(&ctx.Response.Header, &resp.Header)
-	s.p.Headers(t, ctx.Response.Header.Set)
-	setOverhead(ctx, received, wait)
-	ctx.SetStatusCode(resp.StatusCode())
-	ctx.SetBody(body)
+	if !s.reply(ctx, x, rep, received) {
+		ctx.SetStatusCode(resp.StatusCode())
+		ctx.SetBody(resp.Body())
+	}
 }
 
 // streamBody is a streamed answer as fasthttp's server reads it: each
@@ -206,18 +195,20 @@ func (s *Server) relayBuffered(ctx *fasthttp.RequestCtx, t *pipeline.Turn, prov 
 // through Read, fasthttp's 4 KB copy buffer cut a burst into chunks of
 // 4 KB, two writes each). (SetBodyStreamWriter would add a goroutine and a
 // pipe to every stream.)
-// When the tap reads the stream's terminal event, the call is settled
-// before those bytes go out: the agent's next request must find the run
-// up to date. A read is cut (see cut) so that neither the settlement nor
+// When the tap reads the stream's terminal event, or the upstream ends
+// without one, the call is settled before those bytes go out: the agent's
+// next request must find the run up to date. A read is cut (see cut) so that neither the settlement nor
 // the reading of a burst holds back a chunk. The server calls Close once
 // the stream ended or the client went away. A stream the upstream cut
-// (Turn.Cut) ends with the provider's error event, when the bytes sent
+// (Reply.Cut) ends with the provider's error event, when the bytes sent
 // end an event, and without the clean end of the chunked encoding: both
 // make the official SDKs raise an error.
 type streamBody struct {
-	up      io.ReadCloser
-	t       streamTurn
-	settle  func(pipeline.Outcome)
+	up io.ReadCloser
+	t  streamTurn
+	// settle finishes the call (Exchange.Finish, once: later calls give
+	// an empty reply) with the upstream's error, if any.
+	settle  func(err error) pipeline.Reply
 	done    func() // stops the hang-up watch, frees the request body
 	buf     *[]byte
 	pending []byte // forwarded bytes not yet read by the server
@@ -233,16 +224,13 @@ type streamBody struct {
 	last     [4]byte // the last bytes sent, to tell whether they end an event
 }
 
-// streamTurn is what a relayed stream needs of its turn (*pipeline.Turn).
+// streamTurn is what a relayed stream needs of its exchange
+// (*pipeline.Exchange) besides its settlement.
 type streamTurn interface {
-	Feed(chunk []byte) []byte
+	Feed(chunk []byte) (out []byte, done bool)
 	Terminal(event []byte) bool
-	Done() bool
 	End() []byte
-	Cut() bool
 	CutEvent() []byte
-	Holding() bool
-	Release() []byte
 }
 
 func (b *streamBody) Read(p []byte) (int, error) {
@@ -298,15 +286,12 @@ func (b *streamBody) feed() []byte {
 	}
 	var fwd []byte
 	if len(chunk) > 0 {
-		fwd = b.t.Feed(chunk)
-		if b.t.Done() {
-			if s, ok := b.up.(interface{ Settled() }); ok {
-				s.Settled() // the settlement cancels the turn: not the relay's last bytes
-			}
-			b.settle(pipeline.Outcome{Streamed: true})
-			// A held tool call goes out judged: as it came, or replaced.
-			if held := b.t.Release(); held != nil {
-				fwd = held
+		var done bool
+		fwd, done = b.t.Feed(chunk)
+		// A held tool call goes out judged: as it came, or replaced.
+		if done {
+			if rep := b.settle(nil); rep.Tail != nil {
+				fwd = rep.Tail
 			}
 		}
 	}
@@ -317,17 +302,13 @@ func (b *streamBody) feed() []byte {
 		b.ended = true
 		// fwd may alias the tap's buffer, which End reuses.
 		b.tail = append(append(b.tail[:0], fwd...), b.t.End()...)
-		// Whether the stream was cut is read before a held tool call is
-		// settled: the settlement ends the turn.
-		broken := b.t.Cut()
-		if b.t.Holding() {
-			// The upstream ended before its terminal event with a tool
-			// call held: it is judged before anything of it goes out.
-			b.settle(pipeline.Outcome{Streamed: true, Err: b.err})
-			b.tail = append(b.tail, b.t.Release()...)
-		}
+		// Settled here unless at the terminal event: a tool call held
+		// when the upstream ended before it is judged before anything of
+		// it goes out.
+		rep := b.settle(b.err)
+		b.tail = append(b.tail, rep.Tail...)
 		b.sent(b.tail)
-		if b.broken = broken; b.broken && b.atEventEnd() {
+		if b.broken = rep.Cut; b.broken && b.atEventEnd() {
 			b.tail = append(b.tail, b.t.CutEvent()...)
 		}
 		return b.tail
@@ -392,23 +373,11 @@ func (b *streamBody) Close() error {
 	}
 	b.up.Close()
 	chunkPool.Put(b.buf)
-	b.settle(pipeline.Outcome{Streamed: true, Err: b.err}) // a no-op once the terminal event settled it
 	b.done()
 	return nil
 }
 
 var chunkPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
-
-func (s *Server) answerFinish(ctx *fasthttp.RequestCtx, t *pipeline.Turn, out pipeline.Outcome, received time.Time) {
-	a := s.p.Finish(context.Background(), t, out)
-	s.p.Headers(t, ctx.Response.Header.Set)
-	setOverhead(ctx, received, out.UpstreamWait)
-	if a == nil {
-		a = &pipeline.Answer{Status: 502, ContentType: "application/json",
-			Body: codecFor(string(ctx.Path()), false).ErrorBody(wire.ErrBadGateway, "upstream failed", nil)}
-	}
-	writeAnswer(ctx, a)
-}
 
 // HeaderOverhead is the gateway's own time on a call, in milliseconds: from
 // the request's arrival to its answer's headers, minus the wait on the
@@ -447,7 +416,7 @@ var hopHeaders = map[string]bool{
 
 // notRelayed reports whether a header stays on its side of the gateway:
 // hop-by-hop, recomputed, or one of the run headers.
-func notRelayed(k string) bool { return hopHeaders[k] || strings.HasPrefix(k, "X-Run-") }
+func notRelayed(k string) bool { return hopHeaders[k] || pipeline.HasRunPrefix(k) }
 
 // addRelayed adds an upstream answer's headers to the client's, but those
 // that stay on the upstream's side (notRelayed).

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"context"
 	"errors"
 	"io"
 	"time"
@@ -18,85 +17,63 @@ import (
 // read tool, the pipeline answers it and the next round goes upstream.
 // The client receives the last round's answer only, streamed or not, as
 // one body: none of a round the gateway answered may reach it.
-func (s *Server) readBackRounds(ctx *fasthttp.RequestCtx, t *pipeline.Turn, prov *config.Provider, up *fastUpstream, received time.Time) {
-	bg := context.Background()
-	var waited time.Duration // on the upstream, over every round
+func (s *Server) readBackRounds(ctx *fasthttp.RequestCtx, x *pipeline.Exchange, prov *config.Provider, up *fastUpstream, received time.Time) {
 	for {
-		watch := watchHangupAfter(ctx.Conn(), hangupWatchDelay, t.Abort)
-		start := time.Now()
-		ans, err := s.sendOpen(ctx, t, prov, up)
-		firstByte := time.Since(start)
+		watch := watchHangupAfter(ctx.Conn(), hangupWatchDelay, x.Abort)
+		ans, err := s.sendOpen(ctx, x.Turn(), prov, up)
 		if err != nil {
 			watch.Stop()
-			s.answerFinish(ctx, t, pipeline.Outcome{Err: err, UpstreamWait: firstByte}, received)
+			s.reply(ctx, x, x.Finish(nil, err), received)
 			return
 		}
-		out := pipeline.Outcome{Status: ans.status, FirstByte: firstByte}
 		var body []byte
-		cut := false
-		if ans.status >= 200 && ans.status <= 299 && ans.eventStream {
-			out.Streamed = true
-			out.Err = holdStream(ans.body, t)
-			cut = t.Cut()
+		streamed := x.Respond(ans.status, ans.eventStream)
+		if streamed {
+			err = holdStream(ans.body, x)
 		} else {
-			body, out.Err = readBounded(ans.body, s.o.Limits.MaxResponseBytes)
-			out.Body = body
+			body, err = readBounded(ans.body, s.o.Limits.MaxResponseBytes)
 		}
 		ans.body.Close()
 		watch.Stop()
-		out.UpstreamWait = time.Since(start)
-		waited += out.UpstreamWait
-		if out.Err != nil && !out.Streamed {
+		rep := x.Finish(body, err)
+		if err != nil && !streamed {
 			ans.free()
-			out.Status, out.Body = 0, nil
-			s.answerFinish(ctx, t, out, received)
+			s.reply(ctx, x, rep, received)
 			return
 		}
-		a := s.p.Finish(bg, t, out)
-		if next := s.p.ReadBack(bg, t); next != nil {
+		if next, answered := x.Next(); next {
 			ans.free()
-			t = next
-			if t.Answer != nil {
-				s.p.Finish(bg, t, pipeline.Outcome{})
-				s.p.Headers(t, ctx.Response.Header.Set)
-				setOverhead(ctx, received, waited)
-				writeAnswer(ctx, t.Answer)
+			if answered != nil {
+				s.reply(ctx, x, *answered, received)
 				return
 			}
-			s.p.Forwarding(t, func(k, v string) { ctx.Request.Header.Set(k, v) })
+			x.Forward(ctx.Request.Header.Set)
 			continue
 		}
-		if a != nil {
-			ans.free()
-			s.p.Headers(t, ctx.Response.Header.Set)
-			setOverhead(ctx, received, waited)
-			writeAnswer(ctx, a)
-			return
-		}
-		if out.Streamed {
-			body = t.Release()
-			if cut {
-				body = append(body, t.CutEvent()...)
+		if streamed {
+			body = rep.Tail
+			if rep.Cut {
+				body = append(body, x.CutEvent()...)
 			}
 		}
-		s.writeWhole(ctx, t, ans, body, received, waited)
+		s.writeWhole(ctx, x, rep, ans, body, received)
 		return
 	}
 }
 
-// holdStream reads a stream to its end through t, which holds all of it
-// (Turn.Feed, for a call that offers the read tool), and returns the
+// holdStream reads a stream to its end through x, whose turn holds all of
+// it (Turn.Feed, for a call that offers the read tool), and returns the
 // upstream's error, if any but its end.
-func holdStream(r io.Reader, t *pipeline.Turn) error {
+func holdStream(r io.Reader, x *pipeline.Exchange) error {
 	buf := chunkPool.Get().(*[]byte)
 	defer chunkPool.Put(buf)
 	for {
 		n, err := r.Read(*buf)
 		if n > 0 {
-			t.Feed((*buf)[:n])
+			x.Feed((*buf)[:n])
 		}
 		if err != nil {
-			t.End()
+			x.End()
 			if errors.Is(err, io.EOF) {
 				return nil
 			}

@@ -292,11 +292,8 @@ func sanitize(s string) string {
 }
 
 func writeAnswer(ctx *fasthttp.RequestCtx, a *pipeline.Answer) {
+	pipeline.AnswerHeaders(a, ctx.Response.Header.Set)
 	ctx.SetStatusCode(a.Status)
-	ctx.SetContentType(a.ContentType)
-	if a.NoRetry {
-		ctx.Response.Header.Set("x-should-retry", "false")
-	}
 	ctx.SetBody(a.Body)
 }
 

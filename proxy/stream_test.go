@@ -62,10 +62,11 @@ func TestStreamBodyCutsAReadForTheFirstAndTerminalEvents(t *testing.T) {
 				buf := make([]byte, 64<<10)
 				b := &streamBody{
 					up: io.NopCloser(strings.NewReader(tc.stream)), t: tc.tap(), buf: &buf,
-					settle: func(pipeline.Outcome) {
+					settle: func(error) pipeline.Reply {
 						if settles++; settles == 1 {
 							settledAt = got.Len()
 						}
+						return pipeline.Reply{}
 					},
 					done: func() {},
 				}
@@ -111,8 +112,8 @@ func TestStreamBodyCutsAReadForTheFirstAndTerminalEvents(t *testing.T) {
 	}
 }
 
-// tapTurn is codec's stream tap as a relayed stream's turn, reading a cut
-// as a turn whose call is still wanted does.
+// tapTurn is codec's stream tap as a relayed stream's turn, which holds
+// nothing back.
 func tapTurn(codec wire.Codec, req *wire.Request) streamTurn {
 	return &testTurn{StreamTap: codec.NewStreamTap(req), codec: codec}
 }
@@ -122,11 +123,10 @@ type testTurn struct {
 	codec wire.Codec
 }
 
-// A test turn holds nothing back.
-func (*testTurn) Holding() bool   { return false }
-func (*testTurn) Release() []byte { return nil }
-
-func (t *testTurn) Cut() bool { return !t.Done() && t.Response().ErrorMessage == "" }
+func (t *testTurn) Feed(chunk []byte) ([]byte, bool) {
+	out := t.StreamTap.Feed(chunk)
+	return out, t.Done()
+}
 
 func (t *testTurn) CutEvent() []byte {
 	return wire.ErrorEvent(t.codec, wire.ErrBadGateway, "upstream stream ended before its terminal event")
@@ -155,7 +155,7 @@ func TestStreamBurstIsOneChunkOnTheWire(t *testing.T) {
 		ctx.Response.SetBodyStream(&streamBody{
 			up: io.NopCloser(strings.NewReader(stream)), buf: &buf,
 			t:      tapTurn(openai.Chat{}, &wire.Request{Stream: true}),
-			settle: func(pipeline.Outcome) {}, done: func() {},
+			settle: func(error) pipeline.Reply { return pipeline.Reply{} }, done: func() {},
 		}, -1)
 	}}
 	go srv.Serve(rawListener{ln})
@@ -218,11 +218,12 @@ func TestStreamBodyJudgesAHeldCallWhenTheUpstreamEndsEarly(t *testing.T) {
 	settled := -1
 	buf := make([]byte, 64<<10)
 	b := &streamBody{up: io.NopCloser(strings.NewReader(text + call)), t: turn, buf: &buf,
-		settle: func(pipeline.Outcome) {
+		settle: func(error) pipeline.Reply {
 			if settled < 0 {
 				settled = got.Len()
 				turn.judged = true
 			}
+			return pipeline.Reply{Tail: turn.release()}
 		},
 		done: func() {}}
 	if _, err := b.WriteTo(writerFunc(got.Write)); err != nil {
@@ -235,30 +236,26 @@ func TestStreamBodyJudgesAHeldCallWhenTheUpstreamEndsEarly(t *testing.T) {
 }
 
 // holdingTurn relays events until one holds "call", then holds the rest
-// until Release, which marks whether the settlement came first.
+// until the settlement releases it, marked as judged when it was.
 type holdingTurn struct {
-	held           []byte
-	holding        bool
-	judged, gaveUp bool
+	held            []byte
+	holding, judged bool
 }
 
-func (h *holdingTurn) Feed(chunk []byte) []byte {
+func (h *holdingTurn) Feed(chunk []byte) ([]byte, bool) {
 	if i := bytes.Index(chunk, []byte("data: {\"call\"")); i >= 0 || h.holding {
 		i = max(i, 0)
 		h.holding = true
 		h.held = append(h.held, chunk[i:]...)
-		return chunk[:i]
+		return chunk[:i], false
 	}
-	return chunk
+	return chunk, false
 }
 func (h *holdingTurn) Terminal([]byte) bool { return false }
-func (h *holdingTurn) Cut() bool            { return false }
 func (h *holdingTurn) CutEvent() []byte     { return nil }
-func (h *holdingTurn) Done() bool           { return false }
 func (h *holdingTurn) End() []byte          { return nil }
-func (h *holdingTurn) Holding() bool        { return h.holding && !h.gaveUp }
-func (h *holdingTurn) Release() []byte {
-	h.gaveUp = true
+
+func (h *holdingTurn) release() []byte {
 	if !h.judged {
 		return h.held
 	}

@@ -27,11 +27,8 @@ import (
 // The tool routes (docs/design.md §2): /mcp/{server} speaks MCP over streamable
 // HTTP, where tools/call is governed and every other method passes
 // unchanged; /tools/{name}/… forwards each request to a plain HTTP tool as
-// one governed call. Both run the pipeline's BeginTool/FinishTool and
-// render its answers in their own format.
-
-// HeaderRunDeadline carries the run's remaining time to a tool.
-const HeaderRunDeadline = "X-Run-Deadline-Ms"
+// one governed call. Both drive the pipeline's ToolExchange (OpenTool,
+// Finish) and render its answers in their own format.
 
 // toolTarget is an upstream tool endpoint with its credential headers,
 // resolved once at start: the agent and the model only see the route.
@@ -97,18 +94,10 @@ func (s *Server) DeclareTools() { s.tools() }
 
 // toolCall builds the pipeline's call from the request's run headers.
 func (s *Server) toolCall(ctx *fasthttp.RequestCtx, principal pipeline.Principal, server, name string, args []byte) *pipeline.ToolCall {
-	h := &ctx.Request.Header
-	return &pipeline.ToolCall{
-		Server: server, Name: name, Arguments: args,
-		RunID:       string(h.Peek("X-Run-Id")),
-		SessionID:   string(h.Peek("X-Session-Id")),
-		AgentID:     string(h.Peek("X-Agent-Id")),
-		ParentRunID: string(h.Peek("X-Parent-Run-Id")),
-		TaskType:    string(h.Peek("X-Task-Type")),
-		RunBudget:   string(h.Peek("X-Run-Budget")),
-		Principal:   principal,
-		Timeout:     s.o.Limits.UpstreamTimeout,
-	}
+	c := &pipeline.ToolCall{Server: server, Name: name, Arguments: args,
+		Principal: principal, Timeout: s.o.Limits.UpstreamTimeout}
+	c.ReadHeaders(func(name string) string { return string(ctx.Request.Header.Peek(name)) })
+	return c
 }
 
 // toolRequest builds the upstream request: the agent's headers less its
@@ -127,8 +116,7 @@ func (tr *toolRoutes) toolRequest(ctx context.Context, in *fasthttp.RequestCtx, 
 		name := http.CanonicalHeaderKey(string(k))
 		switch {
 		case hopHeaders[name], name == "Host", name == "Accept-Encoding", name == "Authorization",
-			name == "X-Api-Key", name == "Cookie", strings.HasPrefix(name, "X-Run-"), name == "X-Session-Id",
-			name == "X-Agent-Id", name == "X-Parent-Run-Id", name == "X-Task-Type":
+			name == "X-Api-Key", name == "Cookie", pipeline.IsRunHeader(name):
 			return
 		}
 		req.Header.Add(name, string(v))
@@ -137,7 +125,7 @@ func (tr *toolRoutes) toolRequest(ctx context.Context, in *fasthttp.RequestCtx, 
 		req.Header.Set(k, v)
 	}
 	if deadlineMs > 0 {
-		req.Header.Set(HeaderRunDeadline, strconv.FormatInt(deadlineMs, 10))
+		req.Header.Set(pipeline.HeaderRunDeadline, strconv.FormatInt(deadlineMs, 10))
 	}
 	return req, nil
 }
@@ -330,10 +318,9 @@ func (tr *toolRoutes) toolsCall(ctx *fasthttp.RequestCtx, server string, t toolT
 	if !reg.Known(server, params.Name) {
 		tr.learnTools(ctx, server, t)
 	}
-	bg := context.Background()
-	tt := s.p.BeginTool(bg, s.toolCall(ctx, principal, server, params.Name, params.Arguments))
+	tx := s.p.OpenTool(context.Background(), s.toolCall(ctx, principal, server, params.Name, params.Arguments), ctx.Response.Header.Set)
+	tt := tx.Turn()
 	if tt.Answer != nil {
-		s.p.ToolHeaders(tt, ctx.Response.Header.Set)
 		writeRPC(ctx, 200, mcpAnswer(msg.ID, tt))
 		return
 	}
@@ -341,8 +328,7 @@ func (tr *toolRoutes) toolsCall(ctx *fasthttp.RequestCtx, server string, t toolT
 	defer cancel()
 	resp, body, err := tr.mcpExchange(cctx, ctx, t, requestBody(ctx), tt.DeadlineMs)
 	if err != nil {
-		s.p.FinishTool(bg, tt, pipeline.ToolOutcome{Err: err})
-		s.p.ToolHeaders(tt, ctx.Response.Header.Set)
+		tx.Finish(pipeline.ToolOutcome{Err: err})
 		code, text := mcp.CodeBadGateway, "MCP server failed: "+upstreamErr(err)
 		if errors.Is(err, context.DeadlineExceeded) {
 			code, text = mcp.CodeToolTimeout, fmt.Sprintf("tool %s timed out after %d ms", params.Name, tt.Timeout.Milliseconds())
@@ -353,9 +339,8 @@ func (tr *toolRoutes) toolsCall(ctx *fasthttp.RequestCtx, server string, t toolT
 	if resp.StatusCode != 200 {
 		// Session trouble and the like: the agent must see the server's own
 		// answer to recover (re-initialize); the attempt is metered.
-		s.p.FinishTool(bg, tt, pipeline.ToolOutcome{Err: fmt.Errorf("MCP server answered HTTP %d", resp.StatusCode)})
 		copyHeaders(&ctx.Response.Header, resp.Header)
-		s.p.ToolHeaders(tt, ctx.Response.Header.Set)
+		tx.Finish(pipeline.ToolOutcome{Err: fmt.Errorf("MCP server answered HTTP %d", resp.StatusCode)})
 		ctx.SetStatusCode(resp.StatusCode)
 		ctx.SetBody(body)
 		return
@@ -366,8 +351,7 @@ func (tr *toolRoutes) toolsCall(ctx *fasthttp.RequestCtx, server string, t toolT
 		result, err = mcp.ParseToolResult(rb.Messages[rb.Index].Result)
 	}
 	if err != nil {
-		s.p.FinishTool(bg, tt, pipeline.ToolOutcome{Err: err})
-		s.p.ToolHeaders(tt, ctx.Response.Header.Set)
+		tx.Finish(pipeline.ToolOutcome{Err: err})
 		writeRPC(ctx, 200, mcp.ErrorMessage(msg.ID, mcp.CodeBadGateway,
 			"MCP server answered something that is not a JSON-RPC response to this call", nil))
 		return
@@ -377,14 +361,13 @@ func (tr *toolRoutes) toolsCall(ctx *fasthttp.RequestCtx, server string, t toolT
 	if m.Error != nil {
 		// A protocol error of the server (unknown tool, bad params): relayed
 		// as it came, metered as an attempt that failed.
-		s.p.FinishTool(bg, tt, pipeline.ToolOutcome{IsError: true, Text: m.Error.Message})
-		s.p.ToolHeaders(tt, ctx.Response.Header.Set)
+		tx.Finish(pipeline.ToolOutcome{IsError: true, Text: m.Error.Message})
 		ctx.SetStatusCode(200)
 		ctx.SetBody(body)
 		return
 	}
 	text := result.Text()
-	res := s.p.FinishTool(bg, tt, pipeline.ToolOutcome{IsError: result.IsError, Text: text,
+	res := tx.Finish(pipeline.ToolOutcome{IsError: result.IsError, Text: text,
 		Render: func(cut string) pipeline.StoredResult {
 			out := []byte(m.Result)
 			if cut != text {
@@ -392,7 +375,6 @@ func (tr *toolRoutes) toolsCall(ctx *fasthttp.RequestCtx, server string, t toolT
 			}
 			return pipeline.StoredResult{Status: 200, ContentType: "application/json", Body: out}
 		}})
-	s.p.ToolHeaders(tt, ctx.Response.Header.Set)
 	ctx.SetStatusCode(200)
 	ctx.SetBody(rb.Encode(mcp.ResultMessage(msg.ID, res.Body)))
 }
@@ -518,10 +500,9 @@ func (s *Server) httpToolRoute(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	args := httpArguments(body, ctx.QueryArgs(), sub)
-	bg := context.Background()
-	tt := s.p.BeginTool(bg, s.toolCall(ctx, principal, "", name, args))
+	tx := s.p.OpenTool(context.Background(), s.toolCall(ctx, principal, "", name, args), ctx.Response.Header.Set)
+	tt := tx.Turn()
 	if tt.Answer != nil {
-		s.p.ToolHeaders(tt, ctx.Response.Header.Set)
 		if a := tt.Answer; a.Kind == pipeline.ToolReplayed {
 			ctx.SetStatusCode(a.Stored.Status)
 			if a.Stored.ContentType != "" {
@@ -552,8 +533,7 @@ func (s *Server) httpToolRoute(ctx *fasthttp.RequestCtx) {
 		}
 	}
 	if err != nil {
-		s.p.FinishTool(bg, tt, pipeline.ToolOutcome{Err: err})
-		s.p.ToolHeaders(tt, ctx.Response.Header.Set)
+		tx.Finish(pipeline.ToolOutcome{Err: err})
 		status, typ := 502, "bad_gateway"
 		if errors.Is(err, context.DeadlineExceeded) {
 			status, typ = 504, "timeout"
@@ -566,15 +546,14 @@ func (s *Server) httpToolRoute(ctx *fasthttp.RequestCtx) {
 		text = "" // binary output is neither cut nor hashed as text
 	}
 	ct := resp.Header.Get("Content-Type")
-	res := s.p.FinishTool(bg, tt, pipeline.ToolOutcome{IsError: resp.StatusCode >= 400, Text: text,
+	copyHeaders(&ctx.Response.Header, resp.Header)
+	res := tx.Finish(pipeline.ToolOutcome{IsError: resp.StatusCode >= 400, Text: text,
 		Render: func(cut string) pipeline.StoredResult {
 			if textual && cut != text {
 				return pipeline.StoredResult{Status: resp.StatusCode, ContentType: "text/plain; charset=utf-8", Body: jsonString(cut)}
 			}
 			return pipeline.StoredResult{Status: resp.StatusCode, ContentType: ct, Body: rawBody(rbody)}
 		}})
-	copyHeaders(&ctx.Response.Header, resp.Header)
-	s.p.ToolHeaders(tt, ctx.Response.Header.Set)
 	ctx.SetStatusCode(res.Status)
 	if res.ContentType != "" {
 		ctx.SetContentType(res.ContentType)

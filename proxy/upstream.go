@@ -174,7 +174,7 @@ func retryable(status int, header func(string) string, err error) (bool, time.Du
 		return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded), 0
 	}
 	if status == 429 || status >= 500 {
-		if header("x-should-retry") == "false" {
+		if header(pipeline.HeaderShouldRetry) == "false" {
 			return false, 0
 		}
 		return true, retryAfter(header("Retry-After"))
@@ -228,12 +228,12 @@ func addHTTPHeader(h http.Header) func(k, v []byte) {
 // skipUpstream reports whether the agent's header k stays at the gateway.
 func skipUpstream(k []byte, gatewayKey bool) bool {
 	switch string(k) {
-	case "Host", "Accept-Encoding", "X-Session-Id", "X-Agent-Id", "X-Parent-Run-Id", "X-Task-Type":
+	case "Host", "Accept-Encoding":
 		return true
 	case "Authorization", "X-Api-Key":
 		return gatewayKey
 	}
-	return notRelayed(string(k))
+	return hopHeaders[string(k)] || pipeline.IsRunHeader(string(k))
 }
 
 // cancelOnClose releases the call's timeout when the body is done.
