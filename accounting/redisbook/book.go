@@ -1,4 +1,4 @@
-package redisstore
+package redisbook
 
 import (
 	"context"
@@ -13,7 +13,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// DefaultPrefix starts every key this package writes.
+// DefaultPrefix starts every key this package writes: the Redis store's
+// (store/redisstore) too, so that one prefix names a deployment's keys.
 const DefaultPrefix = "haltline:"
 
 // SweptTTL is how long a swept hold is kept as a tombstone, so that a late
@@ -34,29 +35,22 @@ type Book struct {
 	rdb    redis.UniversalClient
 	prefix string
 	holds  string // sorted set of hold ids by expiry (µs)
-	conn   *shared
 }
 
 var _ accounting.Book = (*Book)(nil)
 
-// NewBook returns a Book on rdb with every key under prefix (DefaultPrefix
-// when empty). The caller keeps ownership of rdb.
-func NewBook(rdb redis.UniversalClient, prefix string) *Book {
+// New returns a Book on rdb with every key under prefix (DefaultPrefix
+// when empty). The caller keeps ownership of rdb (the Redis store's
+// client, when the book shares its server: redisstore.Store.Client).
+func New(rdb redis.UniversalClient, prefix string) *Book {
 	if prefix == "" {
 		prefix = DefaultPrefix
 	}
 	return &Book{rdb: rdb, prefix: prefix, holds: prefix + "holds"}
 }
 
-func (b *Book) ledgerKey(key string) string { return ledgerKey(b.prefix, key) }
+func (b *Book) ledgerKey(key string) string { return b.prefix + "ledger:" + key }
 func (b *Book) holdPrefix() string          { return b.prefix + "hold:" }
-
-// ledgerKey is the hash of a ledger under prefix (the Store reads ledgers
-// too, see Store.LockRead).
-func ledgerKey(prefix, key string) string { return prefix + "ledger:" + key }
-
-// Close releases the client if Open made it and the Store is closed too.
-func (b *Book) Close() error { return b.conn.release() }
 
 // Shared implements accounting.Book: the ledgers live in Redis, so the
 // pipeline must not persist them itself.
@@ -544,7 +538,7 @@ func (b *Book) SettleHeadroom(ctx context.Context, h *accounting.Hold, actual ac
 }
 
 // SettleRider makes SettleHeadroom's settlement ready to go out in a run
-// lock's round trip (Store.LockReadRiding, on the same client), one
+// lock's round trip (RunLock.LockReadRiding, on the same client), one
 // round trip fewer than a settlement of its own; its Result is
 // SettleHeadroom's.
 func (b *Book) SettleRider(h *accounting.Hold, actual accounting.Vector, now time.Time, keys []string, useFinalReserve bool) accounting.Rider {
@@ -565,7 +559,8 @@ type settleRider struct {
 	reads           []*redis.SliceCmd
 }
 
-// queue adds the settlement to p, when it has one to make.
+// queue adds the settlement to p, when it has one to make and has not
+// queued it yet.
 func (r *settleRider) queue(ctx context.Context, p redis.Pipeliner) {
 	if r.h == nil || r.h.ID == "" || r.res != nil {
 		return
