@@ -604,36 +604,14 @@ func (r *settleRider) Result(ctx context.Context) (head accounting.Vector, read 
 	return headroom(ls, r.useFinalReserve), true, nil
 }
 
-// headroom is Headroom's answer from the ledgers' views (nil: a missing ledger).
+// headroom is Headroom's answer from the ledgers' views (nil: a missing
+// ledger), counted by accounting as MemBook's is.
 func headroom(ls []*ledgerView, useFinalReserve bool) accounting.Vector {
-	h := [6]int64{math.MaxInt64, math.MaxInt64, math.MaxInt64, math.MaxInt64, math.MaxInt64, math.MaxInt64}
+	h := vector([6]int64{math.MaxInt64, math.MaxInt64, math.MaxInt64, math.MaxInt64, math.MaxInt64, math.MaxInt64})
 	for _, l := range ls {
-		if l == nil {
-			continue
-		}
-		for d := range h {
-			if l.limit[d] == 0 {
-				continue
-			}
-			left := l.limit[d]
-			if !useFinalReserve {
-				left = addSat(left, -l.finalReserve[d])
-			}
-			left = addSat(addSat(left, -l.spent[d]), -l.reserved[d])
-			h[d] = min(h[d], max(left, 0))
+		if l != nil {
+			h = h.Min(accounting.LedgerHeadroom(vector(l.limit), vector(l.finalReserve), vector(l.spent), vector(l.reserved), useFinalReserve))
 		}
 	}
-	return vector(h)
-}
-
-// addSat returns a+b saturated to the int64 range, as accounting does.
-func addSat(a, b int64) int64 {
-	s := a + b
-	if a > 0 && b > 0 && s < 0 {
-		return math.MaxInt64
-	}
-	if a < 0 && b < 0 && s >= 0 {
-		return math.MinInt64
-	}
-	return s
+	return h
 }
