@@ -119,23 +119,37 @@ func (l *Ledger) roll(now time.Time) {
 	l.spent = vec{}
 }
 
-// headroom returns, per dimension, what may still be reserved: limit, less
-// the final reserve unless useFinalReserve, less spent and reserved;
-// unlimited where the limit is 0; never below zero. l.mu must be held.
+// headroom returns, per dimension, what may still be reserved (see
+// headroomOf). l.mu must be held.
 func (l *Ledger) headroom(useFinalReserve bool) vec {
+	return headroomOf(l.limit, l.finalReserve, l.spent, l.reserved, useFinalReserve)
+}
+
+// LedgerHeadroom is what a ledger in this state leaves for a new
+// reservation, as Headroom counts it for one ledger: a book that keeps its
+// ledgers elsewhere (Redis) and reads their state counts with it, and
+// Vector.Min takes the least over several.
+func LedgerHeadroom(limit, finalReserve, spent, reserved Vector, useFinalReserve bool) Vector {
+	return headroomOf(limit.vec(), finalReserve.vec(), spent.vec(), reserved.vec(), useFinalReserve).vector()
+}
+
+// headroomOf returns, per dimension, what may still be reserved: limit,
+// less the final reserve unless useFinalReserve, less spent and reserved;
+// unlimited where the limit is 0; never below zero.
+func headroomOf(limit, finalReserve, spent, reserved vec, useFinalReserve bool) vec {
 	var h vec
 	for d := range h {
-		lim := l.limit[d]
+		lim := limit[d]
 		if lim == 0 {
 			h[d] = unlimited
 			continue
 		}
 		left := lim
 		if !useFinalReserve {
-			left = addSat(left, -l.finalReserve[d])
+			left = addSat(left, -finalReserve[d])
 		}
-		left = addSat(left, -l.spent[d])
-		left = addSat(left, -l.reserved[d])
+		left = addSat(left, -spent[d])
+		left = addSat(left, -reserved[d])
 		h[d] = max(left, 0)
 	}
 	return h

@@ -65,6 +65,15 @@ func (v Vector) Add(o Vector) Vector {
 	return a.vector()
 }
 
+// Min returns the least of two vectors in each dimension.
+func (v Vector) Min(o Vector) Vector {
+	a, b := v.vec(), o.vec()
+	for i := range a {
+		a[i] = min(a[i], b[i])
+	}
+	return a.vector()
+}
+
 // UsageVector is a call's actual usage as a Vector, for Settle: tokens from
 // the normalised usage and the cost priced from it. Steps and ToolCalls are
 // the caller's to set: whether a model call counts as an agent step, and

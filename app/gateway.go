@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/haltline/haltline/accounting"
+	"github.com/haltline/haltline/accounting/redisbook"
 	"github.com/haltline/haltline/admin"
 	"github.com/haltline/haltline/config"
 	"github.com/haltline/haltline/contextmgr"
@@ -244,11 +245,12 @@ func registryData(cfg config.Config) map[string]any {
 // log takes the embedded store's warning of a torn log tail it cut off.
 func openStore(c config.Store, log *slog.Logger) (store.Store, accounting.Book, pipeline.RunLock, error) {
 	if c.RedisURL != "" {
-		book, st, err := redisstore.Open(c.RedisURL, c.RedisPrefix)
+		st, err := redisstore.Open(c.RedisURL, c.RedisPrefix)
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("redis store: %w", err)
 		}
-		return st, book, st, nil
+		book := redisbook.New(st.Client(), c.RedisPrefix)
+		return st, book, redisbook.RunLock[store.Op]{Locker: st, Book: book}, nil
 	}
 	sync, err := store.ParseSync(c.Sync)
 	if err != nil {

@@ -476,7 +476,7 @@ func fitOutput(head accounting.Vector, price accounting.Price, priced bool, est,
 }
 
 // headroomReserver is a book that reads the headroom left on the ledgers in
-// the round trip of a reservation (redisstore.Book), as headroomSettler
+// the round trip of a reservation (redisbook.Book), as headroomSettler
 // does for a settlement: a streamed call's budget header, sent before its
 // settlement, then costs no round trip before its first byte. (A call
 // answered whole leaves it: its headers follow the settlement's read.)

@@ -203,7 +203,7 @@ func (p *Pipeline) finishLocked(ctx context.Context, t *Turn, out Outcome, cut b
 }
 
 // headroomSettler is a book that reads the headroom left on the ledgers in
-// the round trip of a settlement (redisstore.Book): the call's budget
+// the round trip of a settlement (redisbook.Book): the call's budget
 // header (Headers) then costs no round trip of its own. err is the
 // settlement's; read is false when only the headroom could not be read.
 type headroomSettler interface {
@@ -245,7 +245,7 @@ func settlementOf(t *Turn, resp *wire.Response) settlement {
 }
 
 // settleRiding is a book whose settlement can ride in another request's
-// round trip (redisstore.Book: a run lock's, runtx.LockRiding).
+// round trip (redisbook.Book: a run lock's, runtx.LockRiding).
 type settleRiding interface {
 	SettleRider(h *accounting.Hold, actual accounting.Vector, now time.Time, keys []string, useFinalReserve bool) accounting.Rider
 }

@@ -208,7 +208,7 @@ func (p *Pipeline) govern(ctx context.Context, r *runstate.Run, call *Call) (g *
 }
 
 // ensureReader is a book that reads a ledger in the round trip that makes
-// the run's ledgers (redisstore.Book): a new run's first call reads its own
+// the run's ledgers (redisbook.Book): a new run's first call reads its own
 // ledger next (see Turn.ledgerAtLock).
 type ensureReader interface {
 	EnsureRead(ctx context.Context, specs []accounting.LedgerSpec, now time.Time, key string) (*accounting.LedgerSnapshot, error)

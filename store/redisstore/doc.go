@@ -1,68 +1,26 @@
-// Package redisstore owns the Redis implementations of the ledger book
-// (Book, an accounting.Book shared by every replica on one Redis) and of the
-// store (Store, a store.Store), so that several gateway replicas share
-// budgets and persisted runs (docs/design.md §9).
-//
-// It must not hold business rules beyond the ledger arithmetic the Book
-// contract defines (all-or-nothing reservation, final reserve, windows,
-// exactly-once settlement, headroom): what a refusal means, which ledgers
-// a call draws on and what the limits are is decided by its callers, and
-// the store's values are opaque bytes.
-//
-// # Atomicity
-//
-// Every Book operation that writes is one Lua script (EVALSHA, with EVAL
-// when the server's script cache was flushed), so it is atomic with respect
-// to every replica without locks: Reserve rolls the window ledgers, checks
-// each ledger in the caller's order and adds to reserved on all of them or
-// on none, then stores the hold and indexes it by expiry in a sorted set.
-// Settle and Release delete the hold, so only the first of them (on any
-// replica) has an effect. Sweep turns an expired hold into a tombstone
-// (kept SweptTTL) so that a late Settle still books the actual spend once,
-// while a late Release does nothing. Hold ids are 128 random bits, unique
-// across replicas without a counter round trip; they also make Reserve
-// idempotent, which matters because go-redis retries a command once after a
-// network error or read timeout: the retried script finds its hold and
-// returns it instead of reserving twice. Headroom and Snapshot only read
-// (one MULTI), applying a pending window roll to what they return.
-//
-// # Money stays exact
-//
-// Amounts are int64 (cost in pico-USD), but Redis's Lua 5.1 has only
-// doubles, exact to 2^53 ≈ 9,007 USD in pico-USD — less than one team's
-// monthly cap; a 50,000 USD cap is 5·10^16. Converting to a coarser unit
-// would lose exactness, and HINCRBY, although 64-bit exact, hands its result
-// back to Lua as a double, so comparing against it is inexact again. So the
-// hash fields hold decimal strings, and the scripts parse each into two
-// limbs v = hi·10^9 + lo (0 ≤ lo < 10^9) — both far below 2^53, as is every
-// intermediate of an addition, subtraction or comparison over the whole
-// int64 range — and format the result back as a decimal string. Results
-// saturate at the int64 bounds like accounting's addSat. Values below 10^15
-// take a shorter parse. Go reads the strings with strconv, exactly. Times
-// in the scripts are Unix microseconds (below 2^53 until 2255), so window
-// arithmetic is exact too; a window period is rounded down to whole
-// microseconds.
+// Package redisstore owns the store on Redis (Store, a store.Store) and
+// the run lock several gateway replicas take on it, so that they share
+// persisted runs (docs/design.md §9). The ledger book that shares its
+// server and client is accounting/redisbook's: this package holds opaque
+// bytes and knows no domain type. Another user of the same client may
+// add its commands to a lock's round trip (LockRead's ride).
 //
 // # Keys
 //
-// Under the prefix (DefaultPrefix "haltline:"): ledger:<key> (hash: p, ws,
-// l1..l6, f1..f6, s1..s6, r1..r6), hold:<id> (hash: k, w, e, x), holds
-// (sorted set of hold ids by expiry), store:<bucket>:vals (hash key →
-// value) and store:<bucket>:keys (sorted set of keys, score 0, read with
-// ZRANGEBYLEX for byte order). Scripts touch the ledgers a hold names, so
-// the layout assumes one Redis (standalone or Sentinel), not Cluster —
-// unless the prefix is a hash tag such as "{haltline}:", which puts every
-// key in one slot. Ledgers are never deleted by this package.
+// Under the prefix (DefaultPrefix "haltline:"): store:<bucket>:vals (hash
+// key → value), store:<bucket>:keys (sorted set of keys, score 0, read
+// with ZRANGEBYLEX for byte order) and lock:run:<id> (a run's lock, a key
+// set with NX and a TTL).
 //
 // # Failure
 //
 // Open sets short socket timeouts (1 s dial, read and write, one retry), so
 // while Redis is unreachable every call returns an error within about two
 // seconds and the pipeline fails closed; go-redis redials by itself, so the
-// same Book and Store work again when Redis is back. Durability across a
-// Redis restart is Redis's own (appendonly); without it a restart loses the
-// ledgers.
+// same Store works again when Redis is back. Durability across a Redis
+// restart is Redis's own (appendonly).
 //
 // Store writes are group-committed like Bolt's: one goroutine sends
-// everything queued since its last commit as one MULTI/EXEC.
+// everything queued since its last commit as one MULTI/EXEC; a commit may
+// carry the release of a run's lock (store.LockRelease) after its writes.
 package redisstore

@@ -2,7 +2,6 @@ package redisstore
 
 import (
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -20,17 +19,21 @@ const (
 	retryBackoff = 50 * time.Millisecond
 )
 
+// DefaultPrefix starts every key this package writes.
+const DefaultPrefix = "haltline:"
+
 // Open connects to the Redis at url (redis:// or rediss://, as go-redis
 // ParseURL reads it; timeouts in its query override the defaults above) and
-// returns a Book and a Store sharing one client, every key under prefix
-// (DefaultPrefix when empty). The client is closed when both are closed.
+// returns a Store on it, every key under prefix (DefaultPrefix when empty).
+// Its client (Client) may be shared with other users of the same server
+// (the ledger book); Close closes it.
 //
 // Open does not wait for the server: a replica may start before Redis, and
 // every call reports its own error until Redis answers.
-func Open(url string, prefix string) (*Book, *Store, error) {
+func Open(url string, prefix string) (*Store, error) {
 	opt, err := redis.ParseURL(url)
 	if err != nil {
-		return nil, nil, fmt.Errorf("redis url: %w", err)
+		return nil, fmt.Errorf("redis url: %w", err)
 	}
 	if opt.DialTimeout == 0 {
 		opt.DialTimeout = dialTimeout
@@ -63,34 +66,7 @@ func Open(url string, prefix string) (*Book, *Store, error) {
 		// open-source Redis the handshake would only cost a round trip.
 		opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	}
-	rdb := redis.NewClient(opt)
-	c := &shared{rdb: rdb, refs: 2}
-	b := NewBook(rdb, prefix)
-	b.conn = c
-	s := NewStore(rdb, prefix)
-	s.conn = c
-	return b, s, nil
-}
-
-// shared is the client Open made, closed by the last of its users.
-type shared struct {
-	mu   sync.Mutex
-	rdb  *redis.Client
-	refs int
-}
-
-func (c *shared) release() error {
-	if c == nil {
-		return nil
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.refs <= 0 {
-		return nil
-	}
-	c.refs--
-	if c.refs == 0 {
-		return c.rdb.Close()
-	}
-	return nil
+	s := NewStore(redis.NewClient(opt), prefix)
+	s.owned = true
+	return s, nil
 }

@@ -27,7 +27,7 @@ const commitTimeout = 5 * time.Second
 type Store struct {
 	rdb    redis.UniversalClient
 	prefix string
-	conn   *shared
+	owned  bool // Open made rdb: Close closes it
 	*store.GroupCommitter
 }
 
@@ -43,6 +43,10 @@ func NewStore(rdb redis.UniversalClient, prefix string) *Store {
 	s.GroupCommitter = store.NewGroupCommitter(s.commit, true)
 	return s
 }
+
+// Client is the Store's Redis client, for another user of the same server
+// (the ledger book, whose work may ride in a lock's round trip: LockRead).
+func (s *Store) Client() redis.UniversalClient { return s.rdb }
 
 func (s *Store) keysKey(b store.Bucket) string { return s.prefix + "store:" + string(b) + ":keys" }
 func (s *Store) valsKey(b store.Bucket) string { return s.prefix + "store:" + string(b) + ":vals" }
@@ -223,11 +227,32 @@ func (s *Store) Healthy() error {
 	return nil
 }
 
-// Close implements store.Store: it commits what is queued, then releases
-// the client if Open made it and the Book is closed too.
+// Close implements store.Store: it commits what is queued, then closes the
+// client if Open made it.
 func (s *Store) Close() error {
 	if !s.GroupCommitter.Close() {
 		return nil
 	}
-	return s.conn.release()
+	if s.owned {
+		return s.rdb.Close()
+	}
+	return nil
 }
+
+// scanLua: KEYS[1] a bucket's key index (sorted set), KEYS[2] its values
+// (hash). ARGV: min and max in ZRANGEBYLEX syntax, page size. Returns the
+// number of keys examined, the last of them, then key, value, key, value…
+// for one page, read atomically.
+var scanScript = redis.NewScript(`
+local ks = redis.call('ZRANGEBYLEX', KEYS[1], ARGV[1], ARGV[2], 'LIMIT', 0, ARGV[3])
+if #ks == 0 then return {0, ''} end
+local vs = redis.call('HMGET', KEYS[2], unpack(ks))
+local out = {#ks, ks[#ks]}
+for i, k in ipairs(ks) do
+  if vs[i] then
+    out[#out + 1] = k
+    out[#out + 1] = vs[i]
+  end
+end
+return out
+`)

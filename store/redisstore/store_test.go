@@ -26,7 +26,7 @@ func scanAll(t *testing.T, s *Store, b store.Bucket, prefix []byte) (keys, vals 
 
 func TestStoreRoundTrip(t *testing.T) {
 	t.Parallel()
-	_, _, s := openPair(t)
+	s := openStore(t)
 	ops := []store.Op{
 		{Bucket: store.Runs, Key: []byte("r2"), Value: []byte("two")},
 		{Bucket: store.Runs, Key: []byte("r1"), Value: []byte("one")},
@@ -88,7 +88,7 @@ func TestStoreRoundTrip(t *testing.T) {
 
 func TestStoreScanPrefix(t *testing.T) {
 	t.Parallel()
-	_, _, s := openPair(t)
+	s := openStore(t)
 	var ops []store.Op
 	for _, k := range []string{"a", "ab", "abc", "abd", "ac", "b", "\xff", "\xff\xff", "\xff\xffz", "a\xff", "a\xff\x01"} {
 		ops = append(ops, store.Op{Bucket: store.Lineage, Key: []byte(k), Value: []byte("v" + k)})
@@ -133,7 +133,7 @@ func TestStoreScanPrefix(t *testing.T) {
 
 func TestStorePagesAndGroupCommit(t *testing.T) {
 	t.Parallel()
-	_, _, s := openPair(t)
+	s := openStore(t)
 	// Many concurrent Applies (group-committed), more records than a page.
 	const writers, per = 8, 3*scanPage/8 + 5
 	var wg sync.WaitGroup
@@ -169,7 +169,7 @@ func TestStorePagesAndGroupCommit(t *testing.T) {
 
 func TestStoreUnknownBucketAndClose(t *testing.T) {
 	t.Parallel()
-	_, _, s := openPair(t)
+	s := openStore(t)
 	if err := <-s.Apply([]store.Op{
 		{Bucket: store.Runs, Key: []byte("k"), Value: []byte("v")},
 		{Bucket: "nope", Key: []byte("k"), Value: []byte("v")},
@@ -204,7 +204,7 @@ func TestStoreUnknownBucketAndClose(t *testing.T) {
 // keys than one round trip reads.
 func TestStoreGetMany(t *testing.T) {
 	t.Parallel()
-	_, _, s := openPair(t)
+	s := openStore(t)
 	n := store.GetManyBatch*2 + 7
 	var ops []store.Op
 	var keys [][]byte
@@ -236,5 +236,17 @@ func TestStoreGetMany(t *testing.T) {
 	stop := errors.New("stop")
 	if err := s.GetMany(store.Runs, keys, func(i int, _ []byte) error { return stop }); !errors.Is(err, stop) {
 		t.Fatalf("fn's error: %v", err)
+	}
+}
+
+// BenchmarkApply is one durable write of a run snapshot (one MULTI/EXEC).
+func BenchmarkApply(b *testing.B) {
+	s := openStore(b)
+	v := make([]byte, 2048)
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := <-s.Apply([]store.Op{{Bucket: store.Runs, Key: []byte("run-1"), Value: v}}); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -1,4 +1,4 @@
-package redisstore
+package redisbook
 
 import (
 	"context"
@@ -13,7 +13,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// DefaultPrefix starts every key this package writes.
+// DefaultPrefix starts every key this package writes: the Redis store's
+// (store/redisstore) too, so that one prefix names a deployment's keys.
 const DefaultPrefix = "haltline:"
 
 // SweptTTL is how long a swept hold is kept as a tombstone, so that a late
@@ -34,29 +35,22 @@ type Book struct {
 	rdb    redis.UniversalClient
 	prefix string
 	holds  string // sorted set of hold ids by expiry (µs)
-	conn   *shared
 }
 
 var _ accounting.Book = (*Book)(nil)
 
-// NewBook returns a Book on rdb with every key under prefix (DefaultPrefix
-// when empty). The caller keeps ownership of rdb.
-func NewBook(rdb redis.UniversalClient, prefix string) *Book {
+// New returns a Book on rdb with every key under prefix (DefaultPrefix
+// when empty). The caller keeps ownership of rdb (the Redis store's
+// client, when the book shares its server: redisstore.Store.Client).
+func New(rdb redis.UniversalClient, prefix string) *Book {
 	if prefix == "" {
 		prefix = DefaultPrefix
 	}
 	return &Book{rdb: rdb, prefix: prefix, holds: prefix + "holds"}
 }
 
-func (b *Book) ledgerKey(key string) string { return ledgerKey(b.prefix, key) }
+func (b *Book) ledgerKey(key string) string { return b.prefix + "ledger:" + key }
 func (b *Book) holdPrefix() string          { return b.prefix + "hold:" }
-
-// ledgerKey is the hash of a ledger under prefix (the Store reads ledgers
-// too, see Store.LockRead).
-func ledgerKey(prefix, key string) string { return prefix + "ledger:" + key }
-
-// Close releases the client if Open made it and the Store is closed too.
-func (b *Book) Close() error { return b.conn.release() }
 
 // Shared implements accounting.Book: the ledgers live in Redis, so the
 // pipeline must not persist them itself.
@@ -544,7 +538,7 @@ func (b *Book) SettleHeadroom(ctx context.Context, h *accounting.Hold, actual ac
 }
 
 // SettleRider makes SettleHeadroom's settlement ready to go out in a run
-// lock's round trip (Store.LockReadRiding, on the same client), one
+// lock's round trip (RunLock.LockReadRiding, on the same client), one
 // round trip fewer than a settlement of its own; its Result is
 // SettleHeadroom's.
 func (b *Book) SettleRider(h *accounting.Hold, actual accounting.Vector, now time.Time, keys []string, useFinalReserve bool) accounting.Rider {
@@ -565,7 +559,8 @@ type settleRider struct {
 	reads           []*redis.SliceCmd
 }
 
-// queue adds the settlement to p, when it has one to make.
+// queue adds the settlement to p, when it has one to make and has not
+// queued it yet.
 func (r *settleRider) queue(ctx context.Context, p redis.Pipeliner) {
 	if r.h == nil || r.h.ID == "" || r.res != nil {
 		return
@@ -609,36 +604,14 @@ func (r *settleRider) Result(ctx context.Context) (head accounting.Vector, read 
 	return headroom(ls, r.useFinalReserve), true, nil
 }
 
-// headroom is Headroom's answer from the ledgers' views (nil: a missing ledger).
+// headroom is Headroom's answer from the ledgers' views (nil: a missing
+// ledger), counted by accounting as MemBook's is.
 func headroom(ls []*ledgerView, useFinalReserve bool) accounting.Vector {
-	h := [6]int64{math.MaxInt64, math.MaxInt64, math.MaxInt64, math.MaxInt64, math.MaxInt64, math.MaxInt64}
+	h := vector([6]int64{math.MaxInt64, math.MaxInt64, math.MaxInt64, math.MaxInt64, math.MaxInt64, math.MaxInt64})
 	for _, l := range ls {
-		if l == nil {
-			continue
-		}
-		for d := range h {
-			if l.limit[d] == 0 {
-				continue
-			}
-			left := l.limit[d]
-			if !useFinalReserve {
-				left = addSat(left, -l.finalReserve[d])
-			}
-			left = addSat(addSat(left, -l.spent[d]), -l.reserved[d])
-			h[d] = min(h[d], max(left, 0))
+		if l != nil {
+			h = h.Min(accounting.LedgerHeadroom(vector(l.limit), vector(l.finalReserve), vector(l.spent), vector(l.reserved), useFinalReserve))
 		}
 	}
-	return vector(h)
-}
-
-// addSat returns a+b saturated to the int64 range, as accounting does.
-func addSat(a, b int64) int64 {
-	s := a + b
-	if a > 0 && b > 0 && s < 0 {
-		return math.MaxInt64
-	}
-	if a < 0 && b < 0 && s >= 0 {
-		return math.MinInt64
-	}
-	return s
+	return h
 }

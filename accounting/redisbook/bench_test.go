@@ -1,4 +1,4 @@
-package redisstore
+package redisbook
 
 import (
 	"strconv"
@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/haltline/haltline/accounting"
-	"github.com/haltline/haltline/store"
 )
 
 // benchLedgers is the admission of one model call against a run, its
@@ -97,18 +96,6 @@ func BenchmarkHeadroom(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := a.Headroom(ctx, keys, false, t0); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-// BenchmarkApply is one durable write of a run snapshot (one MULTI/EXEC).
-func BenchmarkApply(b *testing.B) {
-	_, _, s := openPair(b)
-	v := make([]byte, 2048)
-	b.ReportAllocs()
-	for b.Loop() {
-		if err := <-s.Apply([]store.Op{{Bucket: store.Runs, Key: []byte("run-1"), Value: v}}); err != nil {
 			b.Fatal(err)
 		}
 	}

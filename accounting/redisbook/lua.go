@@ -1,4 +1,4 @@
-package redisstore
+package redisbook
 
 import "github.com/redis/go-redis/v9"
 
@@ -290,22 +290,4 @@ redis.call('HSET', KEYS[1],
   'l1', ARGV[1], 'l2', ARGV[2], 'l3', ARGV[3], 'l4', ARGV[4], 'l5', ARGV[5], 'l6', ARGV[6],
   'f1', ARGV[7], 'f2', ARGV[8], 'f3', ARGV[9], 'f4', ARGV[10], 'f5', ARGV[11], 'f6', ARGV[12])
 return 1
-`)
-
-// scanLua: KEYS[1] a bucket's key index (sorted set), KEYS[2] its values
-// (hash). ARGV: min and max in ZRANGEBYLEX syntax, page size. Returns the
-// number of keys examined, the last of them, then key, value, key, value…
-// for one page, read atomically.
-var scanScript = redis.NewScript(`
-local ks = redis.call('ZRANGEBYLEX', KEYS[1], ARGV[1], ARGV[2], 'LIMIT', 0, ARGV[3])
-if #ks == 0 then return {0, ''} end
-local vs = redis.call('HMGET', KEYS[2], unpack(ks))
-local out = {#ks, ks[#ks]}
-for i, k in ipairs(ks) do
-  if vs[i] then
-    out[#out + 1] = k
-    out[#out + 1] = vs[i]
-  end
-end
-return out
 `)

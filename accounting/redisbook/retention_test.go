@@ -1,4 +1,4 @@
-package redisstore
+package redisbook
 
 import (
 	"context"
@@ -33,8 +33,8 @@ func TestRetentionSweep(t *testing.T) {
 			return st, accounting.NewMemBook(), nil
 		}},
 		{"redis", func(t *testing.T) (store.Store, accounting.Book, pipeline.RunLock) {
-			book, _, st := openPair(t)
-			return st, book, st
+			book, st := openOne(t)
+			return st, book, RunLock[store.Op]{Locker: st, Book: book}
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

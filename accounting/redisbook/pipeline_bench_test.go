@@ -1,4 +1,4 @@
-package redisstore
+package redisbook
 
 import (
 	"bytes"
@@ -95,13 +95,8 @@ func BenchmarkPersistencePerCall(b *testing.B) {
 		benchPersistence(b, nil, st, nil)
 	})
 	b.Run("redis", func(b *testing.B) {
-		book, st, err := Open(redisURL, fmt.Sprintf("bench%d:", time.Now().UnixNano()))
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer book.Close()
-		defer st.Close()
-		benchPersistence(b, book, st, st)
+		book, st := openOne(b)
+		benchPersistence(b, book, st, RunLock[store.Op]{Locker: st, Book: book})
 	})
 }
 
@@ -110,17 +105,12 @@ func BenchmarkPersistencePerCall(b *testing.B) {
 // unfinished runs, a round trip a batch of store.GetManyBatch snapshots.
 func BenchmarkRestoreFromRedis(b *testing.B) {
 	const runs = 4000
-	book, st, err := Open(redisURL, fmt.Sprintf("bench%d:", time.Now().UnixNano()))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer book.Close()
-	defer st.Close()
+	book, st := openOne(b)
 	pol, err := policy.New(context.Background(), policy.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	opts := pipeline.Options{Policy: pol, Book: book, Store: st, RunLock: st}
+	opts := pipeline.Options{Policy: pol, Book: book, Store: st, RunLock: RunLock[store.Op]{Locker: st, Book: book}}
 	p := pipeline.New(opts)
 	ctx := context.Background()
 	body := benchBody()
@@ -164,7 +154,7 @@ func countedReplica(tb testing.TB) (*pipeline.Pipeline, *roundTrips) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return pipeline.New(pipeline.Options{Policy: pol, Book: book, Store: st, RunLock: st}), rt
+	return pipeline.New(pipeline.Options{Policy: pol, Book: book, Store: st, RunLock: RunLock[store.Op]{Locker: st, Book: book}}), rt
 }
 
 func (c *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }

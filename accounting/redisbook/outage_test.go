@@ -1,6 +1,6 @@
 //go:build unix
 
-package redisstore
+package redisbook
 
 import (
 	"os"
@@ -12,6 +12,8 @@ import (
 
 	"github.com/haltline/haltline/accounting"
 	"github.com/haltline/haltline/store"
+	"github.com/haltline/haltline/store/redisstore"
+	"github.com/haltline/haltline/store/redisstore/redistest"
 )
 
 // failFast is how long a call may take to fail while Redis is down: the
@@ -29,17 +31,17 @@ func TestRedisOutage(t *testing.T) {
 		}
 		t.Fatal("redis-server is not installed:", err)
 	}
-	srv, err := startRedis(t.TempDir(), freePort(), true)
+	srv, err := redistest.Start(t.TempDir(), redistest.FreePort(), true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(srv.stop)
-	b, s, err := Open(srv.url(), "")
+	t.Cleanup(srv.Stop)
+	s, err := redisstore.Open(srv.URL(), "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer b.Close()
 	defer s.Close()
+	b := New(s.Client(), "")
 
 	ensure(t, b, accounting.LedgerSpec{Key: "team", Limit: accounting.Vector{Cost: 50_000 * accounting.USDUnit}})
 	h := mustReserve(t, b, []string{"team"}, accounting.Vector{Cost: 3 * accounting.USDUnit}, false, time.Hour, t0)
@@ -98,19 +100,19 @@ func TestRedisOutage(t *testing.T) {
 	// A stalled server (SIGSTOP) answers nothing: the read timeouts bound
 	// the calls. Only reads here, so that nothing is left to apply when it
 	// resumes.
-	if err := srv.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := srv.Cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	expectDown("stalled", func(n string) bool { return n == "Headroom" || n == "Get" || n == "Healthy" })
-	if err := srv.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+	if err := srv.Cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
 
-	srv.kill()
+	srv.Kill()
 	expectDown("killed", func(string) bool { return true })
 	expectDown("killed (again)", func(string) bool { return true })
 
-	if err := srv.restart(); err != nil {
+	if err := srv.Restart(); err != nil {
 		t.Fatal(err)
 	}
 	// The same Book and Store work again: go-redis redials by itself (its

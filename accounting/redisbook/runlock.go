@@ -1,0 +1,77 @@
+package redisbook
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/haltline/haltline/accounting"
+	"github.com/redis/go-redis/v9"
+)
+
+// Locker is a run lock on the Book's Redis client whose round trip can
+// carry other commands (redisstore.Store: LockRead's ride); Op is the
+// store's op that lets go of the lock in a commit.
+type Locker[Op any] interface {
+	Lock(ctx context.Context, runID string) (unlock func(), err error)
+	LockRead(ctx context.Context, runID string, ride func(redis.Pipeliner)) (unlock func(), release Op, snapshot []byte, err error)
+}
+
+// RunLock is the pipeline's run lock on Redis: Locker's lock, with the
+// Book's reads and settlements in its round trip. Locker must use the
+// Book's client; a settlement of a Book on another client goes out by
+// itself, at its Result.
+type RunLock[Op any] struct {
+	Locker Locker[Op]
+	Book   *Book
+}
+
+// Lock takes the run's lock.
+func (l RunLock[Op]) Lock(ctx context.Context, runID string) (func(), error) {
+	return l.Locker.Lock(ctx, runID)
+}
+
+// LockRead takes the run's lock and reads, in the same round trip, the
+// run's stored snapshot and, when ledger is set, that ledger's state as
+// Snapshot reads it at now (nil when the ledger does not exist): the
+// pipeline reads both first under the lock — the snapshot to catch up
+// with other replicas, the run's own ledger to count its steps — and each
+// was a round trip of its own.
+func (l RunLock[Op]) LockRead(ctx context.Context, runID, ledger string, now time.Time) (unlock func(), release Op, snapshot []byte, state *accounting.LedgerSnapshot, err error) {
+	return l.LockReadRiding(ctx, runID, ledger, now, nil)
+}
+
+// LockReadRiding is LockRead with a settlement riding in the lock's
+// first round trip (Book.SettleRider; one of a Book on another client
+// goes out by itself at its Result): a settlement needs no run lock, and
+// Finish takes one next. Whether or not the lock is had, the rider's
+// Result then tells what the settlement came to.
+func (l RunLock[Op]) LockReadRiding(ctx context.Context, runID, ledger string, now time.Time, rider accounting.Rider) (unlock func(), release Op, snapshot []byte, state *accounting.LedgerSnapshot, err error) {
+	settle, _ := rider.(*settleRider)
+	if settle != nil && settle.b.rdb != l.Book.rdb {
+		settle = nil
+	}
+	var read *redis.SliceCmd
+	ride := func(p redis.Pipeliner) {
+		if ledger != "" {
+			read = p.HMGet(ctx, l.Book.ledgerKey(ledger), ledgerFields...)
+		}
+		if settle != nil {
+			settle.queue(ctx, p) // once: a retry leaves it out
+		}
+	}
+	if unlock, release, snapshot, err = l.Locker.LockRead(ctx, runID, ride); err != nil || read == nil {
+		return unlock, release, snapshot, nil, err
+	}
+	ls, err := views([]string{ledger}, []*redis.SliceCmd{read}, now)
+	if err != nil {
+		// The lock is ours but the read failed: let it go.
+		unlock()
+		var none Op
+		return nil, none, nil, nil, fmt.Errorf("redis book: ledger %s: %w", ledger, err)
+	}
+	if l := ls[0]; l != nil {
+		state = &accounting.LedgerSnapshot{Limit: vector(l.limit), Spent: vector(l.spent), Reserved: vector(l.reserved)}
+	}
+	return unlock, release, snapshot, state, nil
+}
