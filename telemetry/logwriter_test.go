@@ -149,8 +149,7 @@ func TestLogWriterDropsInsteadOfWaiting(t *testing.T) {
 }
 
 // BenchmarkLogLineToFile is one call's log line handed to a file on disk:
-// written in the caller's goroutine under the log's lock, as before, and
-// queued for the LogWriter's goroutine, which writes what gathered. After
+// written in the caller's goroutine under the log's lock, and queued for the LogWriter's goroutine, which writes what gathered. After
 // each line the caller yields, as a call does when it waits on its
 // sockets, so that on one core (-cpu 1) the writer goroutine's work is in
 // the figure too; "dropped" must stay 0.
