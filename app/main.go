@@ -160,7 +160,7 @@ func newLogger(c config.Log, w io.Writer) *slog.Logger {
 	if c.Format == "text" {
 		return slog.New(slog.NewTextHandler(w, opts))
 	}
-	return slog.New(telemetry.NewJSONHandler(w, opts))
+	return slog.New(slog.NewJSONHandler(w, opts))
 }
 
 // logLinger is how long the log's writer gathers lines before a write(2)
