@@ -370,7 +370,7 @@ func TestWorkload(t *testing.T) {
 				}
 				if !final {
 					// The next step's body must echo this step's tool call verbatim.
-					_, next := bodyParts(api, run, step+1, false)
+					_, next := bodyParts(api, run, step+1, false, false)
 					var call []byte
 					if api == apiOpenAI {
 						call = appendOpenAIToolCall(nil, []byte(run), step)
@@ -390,6 +390,85 @@ func TestWorkload(t *testing.T) {
 			t.Fatalf("%s streams: %v %v", api, err, r.ErrorSample)
 		}
 	}
+}
+
+// TestLogOutputWorkload checks the log-output phase's requests: valid
+// JSON whose tool results are logOutputSize bytes of JSON log lines, dense
+// in escapes once in the body, distinct from run to run and step to step,
+// and answered by the mock as the step they are.
+func TestLogOutputWorkload(t *testing.T) {
+	m := &mock{steps: 3, chunks: 5}
+	seen := map[string]bool{}
+	for _, api := range []string{apiOpenAI, apiAnthropic} {
+		w := &workload{api: api, size: size2KB, steps: 3, slots: 2, tag: "l" + api, toolOutput: true}
+		for i := 0; i < 6; i++ {
+			_, run, body := w.next()
+			step := i / 2
+			results := toolResults(t, api, body)
+			if len(results) != step {
+				t.Fatalf("%s step %d: %d tool results", api, step, len(results))
+			}
+			for j, r := range results {
+				head, lines, ok := strings.Cut(r, "\n")
+				if !ok || head != "run "+run+" step "+strconv.Itoa(j)+":" || len(lines) != logOutputSize {
+					t.Fatalf("%s tool result %d of %s: head %q, %d bytes of lines", api, j, run, head, len(lines))
+				}
+				first, _, _ := strings.Cut(lines, "\n")
+				if !json.Valid([]byte(first)) || !strings.Contains(first, `C:\\srv`) {
+					t.Fatalf("first log line %q", first)
+				}
+				seen[r] = true
+			}
+			if step > 0 && !bytes.Contains(body, []byte(`C:\\\\srv`)) {
+				t.Fatalf("%s step %d: no escaped path in the body", api, step)
+			}
+			req := httptest.NewRequest("POST", "http://mock"+w.path(), bytes.NewReader(body))
+			rec := httptest.NewRecorder()
+			m.handler().ServeHTTP(rec, req)
+			if final := step == 2; rec.Code != 200 || strings.Contains(rec.Body.String(), `"tool_`) == final {
+				t.Fatalf("%s step %d: mock answered %d: %.300s", api, step, rec.Code, rec.Body.String())
+			}
+		}
+	}
+	if want := 2 * 2 * 2; len(seen) != want { // APIs × runs × results of a run
+		t.Errorf("%d distinct tool results, want %d", len(seen), want)
+	}
+}
+
+// toolResults returns the tool results of a request of api, decoded.
+func toolResults(t *testing.T, api string, body []byte) []string {
+	t.Helper()
+	var req struct {
+		Messages []struct {
+			Role    string          `json:"role"`
+			Content json.RawMessage `json:"content"`
+		} `json:"messages"`
+	}
+	if err := json.Unmarshal(body, &req); err != nil {
+		t.Fatalf("%s body is not JSON: %v", api, err)
+	}
+	var out []string
+	for _, m := range req.Messages {
+		switch {
+		case api == apiOpenAI && m.Role == "tool":
+			var s string
+			if err := json.Unmarshal(m.Content, &s); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, s)
+		case api == apiAnthropic && m.Role == "user" && m.Content[0] == '[':
+			var blocks []struct {
+				Content string `json:"content"`
+			}
+			if err := json.Unmarshal(m.Content, &blocks); err != nil {
+				t.Fatal(err)
+			}
+			for _, b := range blocks {
+				out = append(out, b.Content)
+			}
+		}
+	}
+	return out
 }
 
 // TestStreamPausesAfterItsFirstEvent checks the mock's pause after a

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -27,12 +28,15 @@ const (
 // after steps requests. Bodies are built per request because each carries
 // its run's name and the tool calls the mock made for it.
 type workload struct {
-	api    string
-	size   int // exact body size in bytes; the system prompt is padded to it
-	steps  int
-	slots  int
-	stream bool
-	tag    string // makes run ids unique per phase and target
+	api  string
+	size int // exact body size in bytes; the system prompt is padded to it
+	// toolOutput: each tool result is logOutputSize bytes of JSON log
+	// lines (logOutput), not a one-line observation.
+	toolOutput bool
+	steps      int
+	slots      int
+	stream     bool
+	tag        string // makes run ids unique per phase and target
 	// lineage: no X-Run-Id (the -lineage flag); run ids then only name
 	// the tool calls, and a step is not sent before the answer to the one
 	// before it (see waitAnswer).
@@ -58,7 +62,7 @@ func (w *workload) next() (uint64, string, []byte) {
 	if w.lineage && step > 0 {
 		w.waitAnswer(i - uint64(w.slots))
 	}
-	return i, run, buildBody(w.api, run, step, w.size, w.stream)
+	return i, run, buildBody(w.api, run, step, w.size, w.stream, w.toolOutput)
 }
 
 // answerWait bounds how long a step waits for the answer to its run's
@@ -177,10 +181,69 @@ func observation(j int) string {
 	return "page " + strconv.Itoa(j) + ": order " + n + " shipped, order " + n + "1 pending; more pages available"
 }
 
+// logOutputSize is the length of a tool result of log lines, before JSON
+// escapes it.
+const logOutputSize = 64 << 10
+
+// logLines holds the body text of logOutput for each step, escaped for a
+// JSON string; built once, as the load generator shares the gateway's
+// machine.
+var logLines struct {
+	sync.Mutex
+	steps map[int][]byte
+}
+
+// logOutput is the tool result of step j of run as a tool that returns a
+// service's JSON log would: logOutputSize bytes of JSON lines with Windows
+// paths, escaped into a JSON string, where a backslash comes every few
+// bytes. Its first line names the run and the step, so every result is
+// distinct and the loop guard sees progress.
+func logOutput(b []byte, run string, j int) []byte {
+	logLines.Lock()
+	if logLines.steps == nil {
+		logLines.steps = map[int][]byte{}
+	}
+	text, ok := logLines.steps[j]
+	if !ok {
+		var raw []byte
+		for n := 0; len(raw) < logOutputSize; n++ {
+			raw = fmt.Appendf(raw, `{"time":"2026-12-04T10:%02d:%02d.%06dZ","level":"info","msg":"GET /v1/orders?customer=4711&page=%d 200","path":"C:\\srv\\orders\\handler.go:%d","step":%d,"line":%d}`+"\n",
+				n/60%60, n%60, 37*n%1000000, j, 100+n%50, j, n)
+		}
+		raw = raw[:logOutputSize]
+		text = appendEscaped(nil, raw)
+		logLines.steps[j] = text
+	}
+	logLines.Unlock()
+	b = append(b, "run "...)
+	b = append(b, run...)
+	b = append(b, " step "...)
+	b = strconv.AppendInt(b, int64(j), 10)
+	b = append(b, `:\n`...)
+	return append(b, text...)
+}
+
+// appendEscaped appends s as the body of a JSON string (s holds no control
+// byte but '\n').
+func appendEscaped(b, s []byte) []byte {
+	for _, c := range s {
+		switch c {
+		case '"', '\\':
+			b = append(b, '\\', c)
+		case '\n':
+			b = append(b, '\\', 'n')
+		default:
+			b = append(b, c)
+		}
+	}
+	return b
+}
+
 // buildBody returns a request of api for step of run, exactly size bytes
-// long when the bare request is shorter than size.
-func buildBody(api, run string, step, size int, stream bool) []byte {
-	head, tail := bodyParts(api, run, step, stream)
+// long when the bare request is shorter than size. With toolOutput, its
+// tool results are logOutput's.
+func buildBody(api, run string, step, size int, stream, toolOutput bool) []byte {
+	head, tail := bodyParts(api, run, step, stream, toolOutput)
 	pad := max(size-len(head)-len(tail), 0)
 	b := make([]byte, 0, len(head)+pad+len(tail))
 	b = append(b, head...)
@@ -193,7 +256,13 @@ func buildBody(api, run string, step, size int, stream bool) []byte {
 }
 
 // bodyParts returns the request around its system prompt's padding.
-func bodyParts(api, run string, step int, stream bool) (head, tail []byte) {
+func bodyParts(api, run string, step int, stream, toolOutput bool) (head, tail []byte) {
+	result := func(b []byte, j int) []byte {
+		if toolOutput {
+			return logOutput(b, run, j)
+		}
+		return append(b, observation(j)...)
+	}
 	runB := []byte(run)
 	if api == apiAnthropic {
 		head = append(head, `{"model":"claude-haiku-4-5","max_tokens":512,"metadata":{"user_id":"`...)
@@ -212,7 +281,7 @@ func bodyParts(api, run string, step int, stream bool) (head, tail []byte) {
 			tail = append(tail, '_')
 			tail = strconv.AppendInt(tail, int64(j), 10)
 			tail = append(tail, `","content":"`...)
-			tail = append(tail, observation(j)...)
+			tail = result(tail, j)
 			tail = append(tail, `"}]}`...)
 		}
 		return head, append(tail, `]}`...)
@@ -233,7 +302,7 @@ func bodyParts(api, run string, step int, stream bool) (head, tail []byte) {
 		tail = append(tail, '_')
 		tail = strconv.AppendInt(tail, int64(j), 10)
 		tail = append(tail, `","content":"`...)
-		tail = append(tail, observation(j)...)
+		tail = result(tail, j)
 		tail = append(tail, `"}`...)
 	}
 	return head, append(tail, `]}`...)

@@ -132,7 +132,7 @@ func newReport(o options, pl placement, gateways []variant, nginx bool, nginxNot
 		r.gateways = append(r.gateways, g.name)
 	}
 	r.apis = []string{apiOpenAI}
-	r.phases = []string{phase200, phase1000, phase200KB}
+	r.phases = []string{phase200, phase1000, phase200KB, phaseLog}
 	if o.anthropic {
 		r.apis = append(r.apis, apiAnthropic)
 		r.phases = append(r.phases, phaseAnth)
@@ -626,6 +626,8 @@ func phaseLabel(p string) string {
 		return "1,000 req/s, 2 KB"
 	case phase200KB:
 		return "1,000 req/s, 200 KB"
+	case phaseLog:
+		return "1,000 req/s, 64 KB tool results of JSON log lines"
 	case phaseAnth:
 		return "1,000 req/s, 2 KB, Anthropic"
 	}

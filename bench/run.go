@@ -19,11 +19,14 @@ const (
 	phase1000  = "openai_1000rps_2KB"
 	phase200KB = "openai_1000rps_200KB"
 	phaseAnth  = "anthropic_1000rps_2KB"
-	phaseSat   = "saturation"
+	// phaseLog: the agent loop's tool results are 64 KB of JSON log lines
+	// (escape-dense text the gateway validates, and the loop guard hashes).
+	phaseLog = "openai_1000rps_64KB_log_output"
+	phaseSat = "saturation"
 )
 
 // phaseNames are the phases -only selects from.
-var phaseNames = []string{phase200, phase1000, phase200KB, phaseAnth, "stream_" + apiOpenAI, "stream_" + apiAnthropic, phaseSat}
+var phaseNames = []string{phase200, phase1000, phase200KB, phaseLog, phaseAnth, "stream_" + apiOpenAI, "stream_" + apiAnthropic, phaseSat}
 
 // runs reports whether -only lets phase run.
 func (o options) runs(phase string) bool { return o.only == nil || o.only.MatchString(phase) }
@@ -274,7 +277,7 @@ func interleave(ctx context.Context, n, turns int, turn func(i, s int) error) er
 // measureRound runs every phase on every target, interleaved.
 func measureRound(ctx context.Context, o options, c *http.Client, targets []*target, rd *round, probe machineProbe, idx int, out io.Writer) error {
 	wl := func(t *target, api string, size int, stream bool, name string) *workload {
-		return &workload{api: api, size: size, steps: o.steps, slots: o.slots, stream: stream, tag: t.tag + "-" + name, lineage: o.lineage}
+		return &workload{api: api, size: size, steps: o.steps, slots: o.slots, stream: stream, tag: t.tag + "-" + name, lineage: o.lineage, toolOutput: name == phaseLog}
 	}
 	prof := newProfiles(o.pprofDir, idx)
 	// Warm-up: connections, the proxies' pools and heaps, both APIs.
@@ -297,6 +300,7 @@ func measureRound(ctx context.Context, o options, c *http.Client, targets []*tar
 		{phase200, apiOpenAI, size2KB, 200},
 		{phase1000, apiOpenAI, size2KB, 1000},
 		{phase200KB, apiOpenAI, size200KB, 1000},
+		{phaseLog, apiOpenAI, size2KB, 1000},
 	}
 	if o.anthropic {
 		phases = append(phases, struct {

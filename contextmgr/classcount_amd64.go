@@ -16,7 +16,8 @@ func countClassesAVX2(b []byte) (low, high int)
 
 // countClasses is countClassesGeneric, 32 bytes at a time where the CPU
 // allows: the class count decides most large bodies, and the word loop
-// read 200 KB at 2.5 GB/s, a fifth of the gateway's CPU on such calls.
+// would be a large share of the gateway's CPU on such calls
+// (docs/performance.md).
 func countClasses(b []byte) (low, high int) {
 	if !hasClassCountAVX2 || len(b) < 32 {
 		return countClassesGeneric(b)

@@ -302,9 +302,8 @@ func classFits(api wire.API, body []byte, wm int64) (int64, bool) {
 
 // classBound is the most Estimate can return for body, from a count of its
 // byte classes: prose is mostly letters and spaces, so the count often
-// proves a fit without weighing (BenchmarkClassBound on 200 KB of prose:
-// 12–16 µs counted with AVX2, 61–69 µs with the word loop, against
-// 100–110 µs weighing it, which must follow the JSON).
+// proves a fit without weighing, which must follow the JSON and costs
+// several times the count (BenchmarkClassBound).
 func classBound(api wire.API, body []byte) int64 {
 	low, high := countClasses(body)
 	mid := len(body) - low - high

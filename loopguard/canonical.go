@@ -563,33 +563,7 @@ func isDigit(c byte) bool { return c >= '0' && c <= '9' }
 // space folded to one space and the ends trimmed, so that a tool result that
 // differs only in line endings or indentation hashes the same.
 func foldText(dst, src []byte) []byte {
-	space, i := false, 0
-	for hasTokenMasks && len(src)-i >= 64 {
-		// 64 bytes a step where the CPU classifies them at once: a block
-		// of ASCII whose white space stands one byte at a time goes out as
-		// it is, each white space byte written as a space (a last one left
-		// pending, as the byte loop leaves it); any other block, and the
-		// last bytes, go through the byte loop.
-		W, Sp, H := spaceMasks(src[i:])
-		if H != 0 || W&(W<<1) != 0 || W&1 != 0 && (space || len(dst) == 0) {
-			dst, i, space = foldBytes(dst, src, i, i+64, space)
-			continue
-		}
-		if space && len(dst) > 0 {
-			dst = append(dst, ' ')
-		}
-		n := 64
-		if space = W>>63 != 0; space {
-			n = 63
-		}
-		at := len(dst)
-		dst = append(dst, src[i:i+n]...)
-		for m := W &^ Sp & (1<<n - 1); m != 0; m &= m - 1 {
-			dst[at+bits.TrailingZeros64(m)] = ' '
-		}
-		i += 64
-	}
-	dst, _, _ = foldBytes(dst, src, i, len(src), space)
+	dst, _, _ = foldBytes(dst, src, 0, len(src), false)
 	return dst
 }
 

@@ -169,8 +169,8 @@ func (st *scratch) fingerprint(b []byte, head int) Fingerprint {
 }
 
 // appendDigitsMasked appends s with every run of digits replaced by one
-// '#', copying the bytes between runs in bulk: a byte at a time, this was
-// a third of a fingerprint's time.
+// '#', copying the bytes between runs in bulk: a byte at a time, this
+// would be a large share of a fingerprint's time.
 func appendDigitsMasked(dst, s []byte) []byte {
 	for len(s) > 0 {
 		i := 0

@@ -46,7 +46,7 @@ func TestFingerprints(t *testing.T) {
 	c := NewCanonicalizer(nil)
 	tests := []struct {
 		agent, tool, args string
-		golden            string // Fingerprint(agent, tool, args), hex, as written by earlier versions
+		golden            string // Fingerprint(agent, tool, args), hex, as stores hold it
 	}{
 		{"agent-1", "query_logs", `{"b":2,"a":"x 2024-05-01T12:00:00Z","n":[1,2.0]}`, "9c04aa9c442f135ea12f29732cdb5f81183718b776271db2"},
 		{"", "query_logs", `{"b":2,"a":"x 2024-05-01T12:00:00Z","n":[1,2.0]}`, "378e57bf4959e14668643d3840965389d5dbd6c1bfbe67f4"},

@@ -8,11 +8,10 @@ import (
 	"unicode/utf8"
 )
 
-// The string readers and writers as they were before they read and
-// copied in bulk (an escape's decoding and a multi-byte character's
-// folding, unchanged, are shared): the
-// reference the faster ones must match byte for byte (stored fingerprints
-// depend on it).
+// The string readers and writers a byte at a time, without reading and
+// copying in bulk (an escape's decoding and a multi-byte character's
+// folding are shared): the reference the bulk ones must match byte for
+// byte (stored fingerprints depend on it).
 
 func appendNormalizedRef(dst, s []byte) []byte {
 	dst = append(dst, '"')

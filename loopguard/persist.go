@@ -214,8 +214,8 @@ func (g *Guard) UnmarshalBinary(data []byte) error {
 	}
 
 	// Commit: keep the newest steps that fit this guard's ring (its own:
-	// a guard is restored right after it is made, and a second ring was
-	// a third of what a restart allocated for the guard).
+	// a guard is restored right after it is made, and a second ring
+	// would be a large share of what a restart allocates for the guard).
 	clear(g.ring)
 	ng := Guard{th: g.th, ring: g.ring, seq: seq, epoch: epoch, mark: mark, pepoch: pepoch, smark: smark}
 	if len(steps) > len(ng.ring) {

@@ -1,7 +1,6 @@
 package loopguard
 
 import (
-	"math/bits"
 	"strings"
 )
 
@@ -117,11 +116,7 @@ var byteClass = func() (t [256]byte) {
 // hashing).
 func appendNormalized(dst, s []byte) []byte {
 	dst = append(dst, '"')
-	from, i := 0, 0 // s[from:i] goes out as it is
-	if hasTokenMasks && len(s) >= 64 {
-		dst, from, i = normalizeBlocks(dst, s)
-	}
-	return append(normalizeBytes(dst, s, from, i), '"')
+	return append(normalizeBytes(dst, s, 0, 0), '"')
 }
 
 // normalizeBytes is appendNormalized's loop a byte at a time, from s[i] (a
@@ -178,83 +173,6 @@ func normalizeToken(dst, s []byte, from, i, j int) ([]byte, int, int) {
 		return appendRun(append(dst, s[from:i]...), s[i:j]), j, j
 	}
 	return dst, from, j
-}
-
-// normalizeBlocks is appendNormalized's loop 64 bytes a step where the CPU
-// classifies a block at once (tokenMasks). Most bytes need nothing — the
-// byte loop only acts at an escape, at a token of 2, 4 or 8 bytes followed
-// by ':', '-' or '/' (where a timestamp or a UUID may start) and at a
-// token of 10 bytes or more — and the masks find those places without a
-// look at each byte: a token of exactly n bytes before a follower is the
-// follower's bit with the n bits before it set and the one before them
-// clear; a long token, the bit whose nine predecessors are set and the
-// tenth clear (its tenth byte). Each is found at or after its token's
-// end, so in the order of the tokens' starts, and handled as the byte loop
-// handles it. It returns dst, from, and where the byte loop goes on for
-// the last bytes: at a token's start.
-func normalizeBlocks(dst, s []byte) ([]byte, int, int) {
-	from, i := 0, 0 // as in normalizeBytes; i: the end of what was read
-	base := 0       // the block's first byte
-	var prev uint64 // the alnum mask of the 64 bytes before base
-	for len(s)-base >= 64 {
-		A, E, C, D, S := tokenMasks(s[base:])
-		// a[k]: bit p set when byte p-k is a letter or a digit.
-		var a [11]uint64
-		for k := 1; k <= 10; k++ {
-			a[k] = A<<k | prev>>(64-k)
-		}
-		p2 := a[1] & a[2]
-		p4 := p2 & a[3] & a[4]
-		p8 := p4 & a[5] & a[6] & a[7] & a[8]
-		c2 := C & p2 &^ a[3]
-		c4 := (D | S) & p4 &^ a[5]
-		c8 := D & p8 &^ a[9]
-		long := A & p8 & a[9] &^ a[10]
-		for act := E | c2 | c4 | c8 | long; act != 0; act &= act - 1 {
-			b := bits.TrailingZeros64(act)
-			bit, pos := uint64(1)<<b, base+b
-			start := pos
-			switch {
-			case c2&bit != 0:
-				start -= 2
-			case c4&bit != 0:
-				start -= 4
-			case c8&bit != 0:
-				start -= 8
-			case long&bit != 0:
-				start -= 9
-			}
-			if start < i {
-				continue // within a timestamp, a UUID or a run already written
-			}
-			if E&bit != 0 {
-				dst = appendEscaped(append(dst, s[from:pos]...), s[pos])
-				from, i = pos+1, pos+1
-				continue
-			}
-			j := start + 1
-			for j < len(s) && byteClass[s[j]] >= clLetter {
-				j++
-			}
-			// i goes past the token (a follower's ends inside the
-			// block), or past what an action wrote, which may end beyond.
-			dst, from, i = normalizeToken(dst, s, from, start, j)
-		}
-		if i > base+64 {
-			// An action wrote past the block: go on after it, where a
-			// byte that ends a token stands.
-			base, prev = i, 0
-			continue
-		}
-		base, prev = base+64, A
-	}
-	// The byte loop goes on at the start of a token that runs into the
-	// last bytes, unless an action wrote it.
-	t := max(base, i)
-	for t > i && byteClass[s[t-1]] >= clLetter {
-		t--
-	}
-	return dst, from, t
 }
 
 // matchAt tries the patterns that span several tokens at the start of s,

@@ -111,7 +111,7 @@ type runStatic struct {
 
 // storedEvents reads a run's timeline from the store, in order. A record
 // holds consecutive events (a JSON array: one or more persists'), or one
-// event as written by earlier versions.
+// event alone, the record older stores hold.
 func (p *Pipeline) storedEvents(id string) ([]runstate.Event, error) {
 	var events []runstate.Event
 	err := p.opts.Store.ScanPrefix(store.Events, append([]byte(id), 0), func(_, v []byte) error {
@@ -395,8 +395,7 @@ func (p *Pipeline) Restore(ctx context.Context) (runs int, err error) {
 // stopped (releaseDeadHolds); then it leaves the unfinished runs to be
 // rebuilt in the background (restoreRuns) and returns: a gateway serves
 // as soon as budgets are whole, whatever the number of runs in flight
-// (7,182 of them took 130–190 ms to rebuild on two cores, and the time
-// grows with their number). Until a run is rebuilt, a call, a lineage key or the
+// (the time to rebuild them grows with their number). Until a run is rebuilt, a call, a lineage key or the
 // control plane that asks for it loads it from the store (getRun) as it
 // does a run that left memory; the rebuilding leaves such a run as it
 // is, and no ended run leaves memory until the rebuilding is over, so

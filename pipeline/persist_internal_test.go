@@ -33,7 +33,7 @@ func storedPipeline(t testing.TB) *Pipeline {
 }
 
 // encodeRun writes the same bytes as encoding the whole runBlob: restores,
-// replicas and older readers decode it as before.
+// replicas and older readers decode it as the blob.
 func TestEncodeRunMatchesTheBlob(t *testing.T) {
 	p := storedPipeline(t)
 	ctx := context.Background()

@@ -64,7 +64,7 @@ func (c *bucketReads) reset() (map[store.Bucket]int, int) {
 // by their end, and a run's lineage keys through the list of keys it
 // wrote: once the index is complete, a sweep reads neither every snapshot
 // nor every lineage key, ticket or blob. A run begun before the list was
-// kept has its keys found by reading those buckets, as before; the first
+// kept has its keys found by reading those buckets; the first
 // sweep of a store without the index reads every snapshot once and
 // completes it. A lineage key another run wrote since stays.
 func TestRetentionSweepReadsWhatExpired(t *testing.T) {

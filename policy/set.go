@@ -125,8 +125,8 @@ func newSet(ctx context.Context, srcs []source, data map[string]any, c *ast.Comp
 
 // answerQuery reads only the answer keys of the package document:
 // {k: v | some k in [keys]; v := data.<pkg>[k]}. Asking for the whole
-// package would also evaluate every helper rule; this costs about half the
-// allocations and a third of the time, and a key the package leaves
+// package would also evaluate every helper rule, which costs allocations
+// and time for answers nobody reads; and a key the package leaves
 // undefined is simply absent from the object.
 func answerQuery(id questionID) ast.Body {
 	keys := make([]*ast.Term, len(answerKeys[id]))

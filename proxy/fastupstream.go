@@ -231,8 +231,9 @@ const upstreamWriteBuffer = 16 << 10
 // back. The pieces bw hands over while the request is written are held
 // (gather) and go out with the last one in one writev: the headers (and
 // the body's head) in bw's buffer, copied, and the body's bytes as they
-// are. A streamed body is written as before: its pieces come through a
-// copy buffer of fasthttp's, and as many as the body is long.
+// are. A streamed body is written piece by piece, nothing held: its pieces
+// come through a copy buffer of fasthttp's, and as many as the body is
+// long.
 func writeRequest(conn net.Conn, req *fasthttp.Request, bw *bufio.Writer) error {
 	uc, _ := conn.(*upstreamConn) // not under TLS: its records are its own buffer's
 	if uc == nil || uc.raw == nil || req.IsBodyStream() {

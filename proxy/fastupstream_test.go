@@ -179,9 +179,8 @@ func TestFastUpstreamWaitsForAConnection(t *testing.T) {
 // After a burst has opened several connections, calls one at a time go on
 // the connection used last, as net/http's pool does, rather than each on
 // the one idle longest: the provider keeps serving one warm connection
-// instead of one goroutine and set of buffers per call in turn (at the
-// harness's saturation, FIFO cost its mock 30–47 µs of CPU a call against
-// 23–28).
+// instead of one goroutine and set of buffers per call in turn, which
+// costs it CPU on every call.
 func TestFastUpstreamReusesTheLastConnection(t *testing.T) {
 	var inFlight atomic.Int32
 	release := make(chan struct{})

@@ -17,9 +17,9 @@ import (
 // read or write of a nonblocking socket never blocks, yet the runtime's
 // (syscall.Syscall) marks each as one that might, and the first of a busy
 // spell after the process sat idle wakes the runtime's monitor thread
-// (sysmon), which then polls every 20 µs until all is idle again. At 1,000
-// calls a second, on a core shared with the upstream, those wake-ups were a
-// sixth of the gateway's CPU and context switches in the path of each call.
+// (sysmon), which then polls until all is idle again: at a steady moderate
+// load, wake-ups in the path of each call and CPU spent on them
+// (docs/performance.md, "Tuning below the libraries").
 type rawIO struct {
 	rc   syscall.RawConn
 	conn net.Conn // for the errors' addresses

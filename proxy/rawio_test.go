@@ -187,7 +187,7 @@ func TestWriteRequestGathersTheBody(t *testing.T) {
 }
 
 // A streamed body (its pieces as many as it is long, through fasthttp's
-// copy buffer) is written as before, nothing held: intact.
+// copy buffer) is written piece by piece, nothing held: intact.
 func TestWriteRequestStreamedBody(t *testing.T) {
 	uc, c2 := upstreamPair(t)
 	body := bytes.Repeat([]byte("0123456789abcdef"), 1<<16) // 1 MiB

@@ -12,8 +12,8 @@ import (
 
 // AppendJSON appends p as json.Marshal encodes it, byte for byte
 // (TestPersistedAppendJSONIsMarshal), without reflection: a run's snapshot
-// is written twice per model call, and its encoding through a
-// reflection-driven encoder was a twentieth of the call's CPU. A field
+// is written twice per model call, and a reflection-driven encoder costs
+// the call a share of its CPU worth keeping (docs/performance.md). A field
 // added to Persisted or the types it holds must be added here.
 func (p *Persisted) AppendJSON(b []byte) []byte {
 	b = appendStringField(b, `{"run_id":`, p.ID)

@@ -285,7 +285,7 @@ func NewID(prefix string) string {
 // a checkpoint then rewrites the pages at the end of each bucket, where
 // random ids rewrote a page per run, scattered over a store with history
 // (BenchmarkCheckpointWithHistory in pipeline). The random bits keep ids
-// made in the same second apart, and as hard to guess as before.
+// made in the same second apart, and as hard to guess as wholly random ids.
 func NewRunID(now time.Time) string {
 	var b [4 + 9]byte
 	binary.BigEndian.PutUint32(b[:4], uint32(now.Unix())) // until 2106

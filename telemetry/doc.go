@@ -2,8 +2,7 @@
 // the gateway's metrics (built on an injected Registerer, never the global
 // registry), its traces (one per run, a span per state, a child span per
 // upstream call with the GenAI semantic conventions), the names of log
-// keys, the JSON log handler (slog's format, faster for the flat line of
-// every call) and the LogWriter that writes the lines off the call path.
+// keys and the LogWriter that writes the log's lines off the call path.
 // Observer implements pipeline.Observer on top of them.
 //
 // Run, session and agent ids are never metric labels: their number is

@@ -8,10 +8,9 @@ import (
 
 // LogWriter takes the gateway's log lines off the call path. Every model
 // call writes a line; written in the call's goroutine, that is a write(2)
-// before the answer leaves (2–4 µs), and any stall of the destination — a
-// pipe whose reader is slow, a file waiting on its file system's journal
-// (3–17 ms seen under the load harness) — stalls every call in flight
-// behind the log's lock. Write only copies the line into a buffer; one
+// before the answer leaves, and any stall of the destination — a pipe
+// whose reader is slow, a file waiting on its file system's journal —
+// stalls every call in flight behind the log's lock. Write only copies the line into a buffer; one
 // goroutine writes what has gathered, in order, with one write(2) per
 // batch (a busy gateway batches many lines).
 //
@@ -23,13 +22,12 @@ import (
 // write(2), the linger's worth unless the destination was stalling.
 //
 // The writer lingers after a line wakes it before it writes, so that the
-// lines of the next few calls go out with it: at 1,000 calls/s a line
-// each, a linger of 5 ms makes one write(2) of five lines instead of five.
-// The write is not what costs: an ordinary system call made while the
-// process was idle wakes the Go runtime's monitor thread (sysmon), which
-// then polls every 20 µs until the process is idle again — with the
-// store's log written raw (store.segment.writeRaw), the log's line was the
-// last system call of a call to do it.
+// lines of the next few calls go out with it in one write(2). The write is
+// not what costs: an ordinary system call made while the process was idle
+// wakes the Go runtime's monitor thread (sysmon), which then polls until
+// the process is idle again; the store's log is written raw
+// (store.segment.writeRaw), so a call's log line would be the one system
+// call of the call that does it.
 type LogWriter struct {
 	out    io.Writer
 	max    int

@@ -149,10 +149,9 @@ func TestLogWriterDropsInsteadOfWaiting(t *testing.T) {
 }
 
 // BenchmarkLogLineToFile is one call's log line handed to a file on disk:
-// written in the caller's goroutine under the log's lock, as before, and
-// queued for the LogWriter's goroutine, which writes what gathered. After
-// each line the caller yields, as a call does when it waits on its
-// sockets, so that on one core (-cpu 1) the writer goroutine's work is in
+// written in the caller's goroutine under a lock, and queued for the
+// LogWriter's goroutine, which writes what gathered. After each line the
+// caller yields, as a call does when it waits on its sockets, so that on one core (-cpu 1) the writer goroutine's work is in
 // the figure too; "dropped" must stay 0.
 func BenchmarkLogLineToFile(b *testing.B) {
 	line := []byte(`{"time":"2026-12-01T05:27:36.346159973Z","level":"INFO","msg":"model call","run_id":"r0haltline-warm-0-0","session_id":"s-r0haltline-warm-0-0","tenant":"key-964111b82a66","team":"","api":"openai.chat","model":"gpt-4o-mini","status":200,"step":1,"input_tokens":512,"output_tokens":24,"cost_usd":0.000072,"duration_ms":2.581,"overhead_ms":2.105,"upstream_ms":0.475}` + "\n")
@@ -189,4 +188,17 @@ func BenchmarkLogLineToFile(b *testing.B) {
 			b.ReportMetric(float64(dropped.Load()), "dropped")
 		})
 	}
+}
+
+// lockedWriter is the "direct" case's writer: a write(2) per line, in the
+// caller's goroutine, under a lock.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

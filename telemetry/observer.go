@@ -54,25 +54,7 @@ func (o *Observer) ModelCall(c pipeline.CallReport) {
 	if c.Err != nil {
 		attrs = append(attrs, slog.String(KeyError, c.Err.Error()))
 	}
-	logLine(o.log, MsgModelCall, attrs)
-}
-
-// logLine writes an info line as Logger.LogAttrs would, less the caller's
-// program counter (these lines never print a source, and runtime.Callers
-// was a fifth of the per-call line's cost) and, with our JSON handler,
-// without a slog.Record.
-func logLine(l *slog.Logger, msg string, attrs []slog.Attr) {
-	h := l.Handler()
-	if !h.Enabled(context.Background(), slog.LevelInfo) {
-		return
-	}
-	if jh, ok := h.(*jsonHandler); ok {
-		_ = jh.handleAttrs(time.Now(), slog.LevelInfo, msg, attrs)
-		return
-	}
-	r := slog.NewRecord(time.Now(), slog.LevelInfo, msg, 0)
-	r.AddAttrs(attrs...)
-	_ = h.Handle(context.Background(), r)
+	o.log.LogAttrs(context.Background(), slog.LevelInfo, MsgModelCall, attrs...)
 }
 
 // ms is a duration in milliseconds with microsecond precision: overheads
@@ -103,7 +85,7 @@ func (o *Observer) RunEnded(e pipeline.RunEnd) {
 	if traceID != "" {
 		attrs = append(attrs, slog.String(KeyTraceID, traceID))
 	}
-	logLine(o.log, MsgRunEnded, attrs)
+	o.log.LogAttrs(context.Background(), slog.LevelInfo, MsgRunEnded, attrs...)
 }
 
 // Termination implements pipeline.Observer.

@@ -46,10 +46,9 @@ func (x usage) norm() wire.Usage {
 }
 
 // ParseResponse reads a non-streamed Messages response, in the pass that
-// validates it (gjson validated it, then walked it again, and each block's
-// fields once more: 2.4–2.8 µs for a tool use). It reads what gjson's
-// reading did, down to duplicate members and odd shapes
-// (TestParseResponseMatchesGJSON). An error body ({"type":"error",…}) is
+// validates it, rather than validating it and walking it again for each
+// block's fields. It reads what gjson reads, down to duplicate members and
+// odd shapes (TestParseResponseMatchesGJSON). An error body ({"type":"error",…}) is
 // not a parse failure: it yields FinishReason "error" and ErrorMessage, as
 // a stream's error event does. Everything kept is copied, so body may be
 // reused afterwards.

@@ -64,40 +64,7 @@ func SkipString(s string, i int) int {
 // skipDense returns the index after the quote that ends the string whose
 // bytes go on at s[i] (not escaped), or -1. Escapes are found with the bit
 // arithmetic of ValidString, without its checks.
-func skipDense(s string, i int) int {
-	var carry uint64
-	if hasAVX2 && len(s)-i >= 64 {
-		var done bool
-		if i, carry, done = skipDense64(s, i); done {
-			return i
-		}
-	}
-	return skipDenseWords(s, i, carry)
-}
-
-// skipDense64 is skipDense's loop 64 bytes a step where the CPU can mark
-// a block's quotes and backslashes at once (nextMarked, which also passes
-// over blocks with none of them, or of control bytes). It returns the
-// string's end (done), or where fewer than 64 bytes are left and the
-// carry into them.
-func skipDense64(s string, i int) (end int, carry uint64, done bool) {
-	for len(s)-i >= 64 {
-		off, Q, B, _ := nextMarked(s[i:])
-		if off > 0 {
-			carry = 0 // it escaped the first byte of a block with no quote
-		}
-		if i += off; len(s)-i < 64 {
-			break
-		}
-		var esc uint64
-		esc, carry = escaped(B, carry, 64)
-		if end := Q &^ esc; end != 0 {
-			return i + bits.TrailingZeros64(end) + 1, 0, true
-		}
-		i += 64
-	}
-	return i, carry, false
-}
+func skipDense(s string, i int) int { return skipDenseWords(s, i, 0) }
 
 // skipDenseWords is skipDense in machine words, from s[i] with the carry
 // of the bytes before it.

@@ -6,8 +6,7 @@ import (
 	"testing"
 )
 
-// validDense ends every string where its word loops alone end it — on
-// this machine through the 64-byte loop when the CPU has AVX2 — and where
+// validDense ends every string where its word loops alone end it and where
 // the byte-at-a-time reference does, and skipDense where its word loops
 // do (and where validDense does, for a valid string): escapes of every
 // kind and runs of backslashes straddle the blocks' edges, long plain
@@ -43,11 +42,11 @@ func TestDenseBlocks(t *testing.T) {
 			t.Fatalf("case %d: validDenseWords(%q) = %d, want %d", n, body, got, want)
 		}
 		if got := validDense(body, 0); got != want {
-			t.Fatalf("case %d: validDense(%q) = %d, want %d (AVX2 %v)", n, body, got, want, hasAVX2)
+			t.Fatalf("case %d: validDense(%q) = %d, want %d", n, body, got, want)
 		}
 		skip := skipDenseWords(body, 0, 0)
 		if got := skipDense(body, 0); got != skip {
-			t.Fatalf("case %d: skipDense(%q) = %d, its word loops %d (AVX2 %v)", n, body, got, skip, hasAVX2)
+			t.Fatalf("case %d: skipDense(%q) = %d, its word loops %d", n, body, got, skip)
 		}
 		if want > 0 && skip != want {
 			t.Fatalf("case %d: skipDense(%q) = %d, want %d", n, body, skip, want)
@@ -55,9 +54,8 @@ func TestDenseBlocks(t *testing.T) {
 	}
 }
 
-// Both ways of reading a string with few escapes — three searches in
-// turn, and one pass 64 bytes a step where the CPU has AVX2 — end it where
-// the byte-at-a-time reference does: long plain runs with an escape, a
+// A string with few escapes, read by searches in turn, ends where the
+// byte-at-a-time reference ends it: long plain runs with an escape, a
 // control byte or the closing quote at any position of the blocks and of
 // the words after them.
 func TestSparseStrings(t *testing.T) {
@@ -85,11 +83,6 @@ func TestSparseStrings(t *testing.T) {
 		want := refString(s, 0)
 		if got := validSparse(s, 1); got != want {
 			t.Fatalf("case %d: validSparse(%q) = %d, want %d", n, s, got, want)
-		}
-		if hasAVX2 {
-			if got := validSparse64(s, 1); got != want {
-				t.Fatalf("case %d: validSparse64(%q) = %d, want %d", n, s, got, want)
-			}
 		}
 		if got := ValidString(s, 0); got != want {
 			t.Fatalf("case %d: ValidString(%q) = %d, want %d", n, s, got, want)

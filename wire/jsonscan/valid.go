@@ -151,9 +151,8 @@ var escapes = [256]uint8{'"': 1, '\\': 1, '/': 1, 'b': 1, 'f': 1, 'n': 1, 'r': 1
 // bad escape.
 //
 // Where escapes are few it jumps from one to the next, and to the closing
-// quote: with AVX2 in one pass that marks 64 bytes a step (validSparse64),
-// elsewhere with strings.IndexByte (vectorised), testing the bytes in
-// between for control bytes (validSparse). Tool output echoed in a history
+// quote, with strings.IndexByte (vectorised), testing the bytes in between
+// for control bytes (validSparse). Tool output echoed in a history
 // is often JSON itself, though, with an escaped quote every few bytes,
 // where each jump would cost a call and a mispredicted branch: once
 // escapes come that close it goes on with validDense.
@@ -176,58 +175,7 @@ func ValidString(s string, i int) int {
 		i = j // a backslash or a control byte: the loop below decides
 		break
 	}
-	if hasAVX2 {
-		return validSparse64(s, i)
-	}
 	return validSparse(s, i)
-}
-
-// validSparse64 is validSparse in one pass to the next quote, backslash
-// or control byte, 64 bytes a step (nextMarked), where validSparse makes
-// three: on 225 KB of prose 47–58 GB/s against 21–26 (BenchmarkStrings).
-func validSparse64(s string, i int) int {
-	from, escs := i, 0
-	for {
-		j := -1
-		if len(s)-i >= 64 {
-			off, q, b, c := nextMarked(s[i:])
-			if m := q | b | c; m != 0 {
-				j = i + off + bits.TrailingZeros64(m)
-			} else {
-				i += off
-			}
-		}
-		if j < 0 {
-			for ; i+8 <= len(s); i += 8 {
-				if m := special(load64(s, i)); m != 0 {
-					j = i + bits.TrailingZeros64(m)>>3
-					break
-				}
-			}
-			for ; j < 0 && i < len(s); i++ {
-				if c := s[i]; c == '"' || c == '\\' || c < ' ' {
-					j = i
-				}
-			}
-			if j < 0 {
-				return -1
-			}
-		}
-		switch s[j] {
-		case '"':
-			return j + 1
-		case '\\':
-			if j+1 >= len(s) || !escapeAt(s, j+1) {
-				return -1
-			}
-			i = j + 1 + int(escapes[s[j+1]])
-			if escs++; escs >= 4 && i-from < escs*24 {
-				return validDense(s, i)
-			}
-		default:
-			return -1 // a control byte
-		}
-	}
 }
 
 // validSparse is ValidString from s[i] (inside the string, not escaped),
@@ -262,8 +210,7 @@ func validSparse(s string, i int) int {
 }
 
 // hasControl reports whether s holds a byte below 0x20, in machine words:
-// validSparse's check, where the CPU has no AVX2 (with it, nextMarked
-// finds control bytes in the same pass as the quotes).
+// validSparse's check.
 func hasControl(s string) bool {
 	var acc uint64
 	i := 0
@@ -289,20 +236,10 @@ func hasControl(s string) bool {
 // validDense is ValidString from s[i], a byte that no backslash escapes,
 // for text dense in escapes. Which bytes are escaped is worked out with bit
 // arithmetic on masks of the quotes and backslashes (simdjson's
-// odd-backslash-run method): 64 bytes a step where the CPU marks them
-// (AVX2), sixteen in machine words elsewhere and for the last bytes. The
+// odd-backslash-run method), sixteen bytes a step in machine words. The
 // loops only branch where the string ends, on an error, or on an escape
 // other than \" and \\.
-func validDense(s string, i int) int {
-	var carry uint64
-	if hasAVX2 && len(s)-i >= 64 {
-		var done bool
-		if i, carry, done = validDense64(s, i); done {
-			return i
-		}
-	}
-	return validDenseWords(s, i, carry)
-}
+func validDense(s string, i int) int { return validDenseWords(s, i, 0) }
 
 // validDenseWords is validDense in machine words, from s[i] with the carry
 // of the bytes before it (1 when they ended in an odd backslash run).
@@ -393,45 +330,6 @@ func validDenseWords(s string, i int, carry uint64) int {
 		}
 	}
 	return -1
-}
-
-// validDense64 is validDense's loop 64 bytes a step, where the CPU can
-// mark a block's quotes, backslashes and control bytes at once
-// (nextMarked, which also passes over blocks with none of them). It
-// returns the string's end (done), or where fewer than 64 bytes are left
-// and the carry into them.
-func validDense64(s string, i int) (end int, carry uint64, done bool) {
-	for len(s)-i >= 64 {
-		off, Q, B, C := nextMarked(s[i:])
-		if off > 0 && carry != 0 {
-			// The block after an odd backslash run held nothing to mark:
-			// its first byte is the escape's letter.
-			if !escapeAt(s, i) {
-				return -1, 0, true
-			}
-			carry = 0
-		}
-		if i += off; len(s)-i < 64 {
-			break // no block left was marked
-		}
-		var esc uint64 // bytes a backslash escapes
-		esc, carry = escaped(B, carry, 64)
-		upto := ^uint64(0)
-		if end := Q &^ esc; end != 0 {
-			upto = end&-end - 1
-		}
-		if C&upto != 0 {
-			return -1, 0, true
-		}
-		if other := esc &^ (Q | B) & upto; other != 0 && !otherEscapes(s, i, other) {
-			return -1, 0, true
-		}
-		if upto != ^uint64(0) {
-			return i + bits.TrailingZeros64(upto+1) + 1, 0, true
-		}
-		i += 64
-	}
-	return i, carry, false
 }
 
 // escaped marks the bytes of a block of width bytes that a backslash

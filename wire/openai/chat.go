@@ -346,10 +346,9 @@ var (
 
 // ParseResponse reads a non-streamed chat completion in the pass that
 // validates it: the walk goes down into the first choice, its message and
-// its tool calls where it finds them. (Reading each level's member again
-// from its parent's raw value, as before, read a tool call's bytes seven
-// times: 4.7 µs for a 500-byte answer.) As encoding/json would, the last
-// "choices" member counts; inside it, the first of each key.
+// its tool calls where it finds them, so a tool call's bytes are read once
+// rather than once for each level that holds them. As encoding/json would,
+// the last "choices" member counts; inside it, the first of each key.
 func (Chat) ParseResponse(body []byte) (wire.Response, error) {
 	var r wire.Response
 	var c firstChoice

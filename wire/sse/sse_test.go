@@ -140,10 +140,10 @@ func BenchmarkSplitterPerChunk(b *testing.B) {
 	}
 }
 
-// eventEndByteLoop is eventEnd as it was before lineEnd, finding line ends
-// a byte at a time: the reference FuzzEventEnd holds it to. Fields changed
-// only in finding line ends with lineEnd instead of bytes.IndexAny, which
-// the same target compares directly.
+// eventEndByteLoop is eventEnd finding line ends a byte at a time, without
+// lineEnd: the reference FuzzEventEnd holds it to. Fields finds line ends
+// with lineEnd too, which the same target compares with bytes.IndexAny
+// directly.
 func eventEndByteLoop(b []byte) int {
 	for i := 0; i < len(b); i++ {
 		if b[i] != '\n' && b[i] != '\r' {
