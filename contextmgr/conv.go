@@ -5,6 +5,7 @@ import (
 	"unsafe"
 
 	"github.com/haltline/haltline/wire"
+	"github.com/haltline/haltline/wire/jsonscan"
 )
 
 // The three wire formats are read into one neutral list of items, so that
@@ -139,7 +140,7 @@ func (c *conv) read(api wire.API, body []byte) (est int64, valid, ok bool) {
 	case wire.APIResponses:
 		c.listPath = "input"
 	}
-	r := reader{b: body, cheap: api != wire.APIMessages}
+	r := reader{b: body, text: unsafe.String(unsafe.SliceData(body), len(body)), cheap: api != wire.APIMessages}
 	var list, prev span
 	var listTools, escKey bool
 	i := skipWS(body, 0)
@@ -230,7 +231,7 @@ func (c *conv) decoded(r *result) []byte {
 			c.arena = make([]byte, 0, max(len(r.src), 2*cap(c.arena), 64<<10))
 		}
 		n := len(c.arena)
-		c.arena = appendUnescaped(c.arena, r.src)
+		c.arena = jsonscan.AppendUnescaped(c.arena, r.src)
 		r.dec = c.arena[n:len(c.arena):len(c.arena)]
 	}
 	return r.dec

@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/haltline/haltline/wire"
+	"github.com/haltline/haltline/wire/jsonscan"
 	"github.com/tidwall/gjson"
 )
 
@@ -107,7 +108,7 @@ func TestLexString(t *testing.T) {
 		}
 		b.WriteString(strings.Repeat("x", r.IntN(9)))
 		s := []byte(b.String())
-		end, w, esc, ok := lexString(s, start)
+		end, w, esc, ok := lexString(s, string(s), start)
 		// The reference: the closing quote and validity by hand.
 		i, refOK, refEsc := start+1, true, false
 		for ; i < len(s); i++ {
@@ -126,7 +127,7 @@ func TestLexString(t *testing.T) {
 					break
 				}
 				if s[i+1] == 'u' {
-					if i+5 >= len(s) || !ishex(s[i+2]) || !ishex(s[i+3]) || !ishex(s[i+4]) || !ishex(s[i+5]) {
+					if i+5 >= len(s) || !isHex(s[i+2:i+6]) {
 						refOK = false
 						break
 					}
@@ -149,8 +150,8 @@ func TestLexString(t *testing.T) {
 		if ww, we := weighString(s, start+1); uint64(ww) != w || we != i {
 			t.Fatalf("%q: weight %d, weighString %d (end %d)", s[start:], w, ww, we)
 		}
-		if want := gjson.ParseBytes(s[start:end]).String(); string(appendUnescaped(nil, s[start+1:end-1])) != want {
-			t.Fatalf("%q: decoded %q, gjson %q", s[start:end], appendUnescaped(nil, s[start+1:end-1]), want)
+		if want := gjson.ParseBytes(s[start:end]).String(); string(jsonscan.AppendUnescaped(nil, s[start+1:end-1])) != want {
+			t.Fatalf("%q: decoded %q, gjson %q", s[start:end], jsonscan.AppendUnescaped(nil, s[start+1:end-1]), want)
 		}
 	}
 }
@@ -213,4 +214,13 @@ func TestMarshalWeight(t *testing.T) {
 			t.Fatalf("%q: weight %d, want %d", s, got, want)
 		}
 	}
+}
+
+func isHex(s []byte) bool {
+	for _, c := range s {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F') {
+			return false
+		}
+	}
+	return true
 }
