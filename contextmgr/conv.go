@@ -103,7 +103,7 @@ type conv struct {
 	api      wire.API
 	listPath string // "messages" or "input"
 	// listStart and listEnd locate the list's bytes in the body; listEnd
-	// is 0 when gjson could not say where it is.
+	// is 0 when the slow reader could not say where it is.
 	listStart, listEnd int
 	items              []item
 	head               int  // items [0, head) are the protected head: system prompt and task
@@ -112,7 +112,7 @@ type conv struct {
 	// exact is set when the reader weighed every item and the envelope in
 	// the body's own order: estimates of a rewritten body are then sums of
 	// the parts' weights, with no need to assemble and scan it. It is unset
-	// for the gjson reader and for lists holding anything but objects.
+	// for the slow reader and for lists holding anything but objects.
 	exact    bool
 	envW     int64 // weight of the body outside the list
 	envTools bool  // the body offers tools outside the list
@@ -184,8 +184,9 @@ func (c *conv) read(api wire.API, body []byte) (est int64, valid, ok bool) {
 		return est, true, false
 	}
 	if escKey {
-		// A member name with an escape: gjson reads names decoded, so the
-		// gjson reader decides what the request says.
+		// A member name with an escape: upstreams read names decoded,
+		// and so does the slow reader, which decides what the request
+		// says.
 		c.items = c.items[:0]
 		return est, true, parseConvSlow(api, body, c)
 	}

@@ -2,6 +2,7 @@ package contextmgr
 
 import (
 	"encoding/json"
+	"fmt"
 	"hash/crc64"
 	"math/rand/v2"
 	"strings"
@@ -223,4 +224,44 @@ func isHex(s []byte) bool {
 		}
 	}
 	return true
+}
+
+// The slow reader (member by member through jsonscan.Value) reads the
+// items the fast readers read: the same kinds, roles, texts, calls and
+// results, on every shape the generator makes.
+func TestSlowReaderReadsAsFast(t *testing.T) {
+	t.Parallel()
+	summary := func(c *conv) string {
+		var b strings.Builder
+		for i := range c.items {
+			it := &c.items[i]
+			fmt.Fprintf(&b, "%d %s %q %q calls %q|", it.kind, it.role, it.text, it.raw, it.calls)
+			for k := range it.results {
+				r := &it.results[k]
+				fmt.Fprintf(&b, " result %q %q %q", r.id, c.textOf(r), r.path)
+			}
+			b.WriteByte('\n')
+		}
+		fmt.Fprintf(&b, "list %d-%d head %d noDrop %v", c.listStart, c.listEnd, c.head, c.noDrop)
+		return b.String()
+	}
+	for _, api := range apis {
+		for seed := range uint64(40) {
+			r := rand.New(rand.NewPCG(seed, 11))
+			body := genConversation(r, 2+r.IntN(10), 3000).render(api)
+			fast, slow := getConv(), getConv()
+			if _, valid, ok := fast.read(api, body); !valid || !ok {
+				t.Fatalf("%v seed %d: not read: %q", api, seed, body)
+			}
+			slow.api, slow.listPath = fast.api, fast.listPath
+			if !parseConvSlow(api, body, slow) {
+				t.Fatalf("%v seed %d: the slow reader found no list", api, seed)
+			}
+			if got, want := summary(slow), summary(fast); got != want {
+				t.Fatalf("%v seed %d: the slow reader read\n%s\nthe fast\n%s", api, seed, got, want)
+			}
+			putConv(fast)
+			putConv(slow)
+		}
+	}
 }
