@@ -18,6 +18,11 @@
 // L1/L2 tool is asked for one tool call at a time, and the tool routes run
 // a run's L1/L2 calls one after the other in arrival order.
 //
+// Runs, their events, ledgers and holds are stored as JSON records
+// (persist.go): format 1, told by its first byte, so that a later format
+// can be read beside it. The records written on every call are appended by
+// hand (runstate, accounting); the rest is encoding/json's.
+//
 // It must not import fasthttp, gRPC or net/http, nor read provider JSON
 // itself: wire codecs do that.
 package pipeline

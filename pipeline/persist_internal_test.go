@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 	"time"
 
@@ -83,8 +84,9 @@ func TestEncodeRunMatchesTheBlob(t *testing.T) {
 // Records written before stay readable: a run's snapshot (ended by a line,
 // with shadow hits, a last action, tool calls outstanding, tool state and
 // its loop guard), its timeline and a ledger with every member set, as
-// stored by an earlier build, decode into values that encode back to the
-// same bytes; a record of an unknown format is refused, not guessed at.
+// stored by an earlier build, decode (goccy) into the values encoding/json
+// reads, which encode back to the same bytes; a record of an unknown
+// format is refused, not guessed at.
 func TestDecodeReadsStoredRecords(t *testing.T) {
 	read := func(name string) []byte {
 		b, err := os.ReadFile(filepath.Join("testdata", name))
@@ -97,6 +99,13 @@ func TestDecodeReadsStoredRecords(t *testing.T) {
 		t.Helper()
 		if err := decode(stored, v); err != nil {
 			t.Fatalf("%s: %v", name, err)
+		}
+		std := reflect.New(reflect.TypeOf(v).Elem()).Interface()
+		if err := json.Unmarshal(stored, std); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(v, std) {
+			t.Fatalf("%s decoded differently:\n goccy %+v\n std   %+v", name, v, std)
 		}
 		again, err := encode(v)
 		if err != nil {

@@ -1,8 +1,13 @@
-// Package jsonscan holds the byte-level JSON helpers that the provider
-// codecs share: finding the end of a value without decoding it, validating
-// in the same single pass, walking the members of an object or the elements
-// of an array, and the bound on nesting depth (MaxDepth) they all keep. It
-// owns no provider semantics.
+// Package jsonscan is the gateway's one JSON scanner, shared by the
+// provider codecs, loopguard's canonicaliser and contextmgr's readers:
+// finding the end of a value without decoding it, validating in the same
+// single pass, walking the members of an object or the elements of an
+// array, looking members up in validated text (Value, which reads as
+// gjson reads), decoding a string's body (AppendUnescaped, the one
+// decoder), writing a string or a float as encoding/json writes them, and
+// the bound on nesting depth (MaxDepth) they all keep. It owns no provider
+// semantics. Everything else in the gateway that reads or writes JSON goes
+// through encoding/json.
 package jsonscan
 
 import (
