@@ -21,14 +21,19 @@ import (
 // and \n of logs and JSON), so the one-letter escapes are decoded a word
 // at a time rather than by leaving the word loop for each.
 func AppendUnescaped[T ~string | ~[]byte](dst []byte, s T) []byte {
-	// Decoding never lengthens: write in place into room for s, plus a
-	// word of slack for whole-word stores.
+	// Decoding never lengthens: write in place into the room for s. The
+	// word loop's whole-word stores reach up to a word past the word read,
+	// so it runs where the room allows that (a buffer grown here has a
+	// word of slack; one sized by the caller to s exactly ends a word
+	// early, without growing).
 	n := len(dst)
-	dst = slices.Grow(dst, len(s)+8)[:n+len(s)+8]
-	out := dst[n:]
+	if cap(dst)-n < len(s) {
+		dst = slices.Grow(dst, len(s)+8)
+	}
+	out := dst[n:cap(dst)]
 	i, j := 0, 0
 	for {
-		for i+8 <= len(s) {
+		for i+8 <= len(s) && i+16 <= len(out) {
 			x := wordAt(s, i)
 			// Loose marks (one may be spurious above a true one): enough
 			// to tell a word with nothing to decode.
