@@ -174,6 +174,9 @@ func str(b []byte, v span) string {
 		}
 		return string(raw)
 	}
+	if b[v.s] == '"' && v.e-v.s >= 2 {
+		return jsonscan.Unescape(b[v.s+1 : v.e-1])
+	}
 	return jsonscan.Parse(string(b[v.s:v.e])).String()
 }
 

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"unicode/utf16"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // AppendUnescaped appends the JSON string body s (between the quotes)
@@ -119,6 +120,17 @@ func AppendUnescaped[T ~string | ~[]byte](dst []byte, s T) []byte {
 		}
 		j += utf8.EncodeRune(out[j:], r)
 	}
+}
+
+// Unescape returns the JSON string body s decoded as AppendUnescaped
+// decodes it, in one allocation: the string is made over the bytes
+// decoded, which nothing else holds.
+func Unescape[T ~string | ~[]byte](s T) string {
+	d := AppendUnescaped(nil, s)
+	if len(d) == 0 {
+		return ""
+	}
+	return unsafe.String(&d[0], len(d))
 }
 
 // unescapeByte maps the letter of a one-letter escape to what it stands

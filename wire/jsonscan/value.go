@@ -85,7 +85,7 @@ func (v Value) ForEach(fn func(name string, i int, x Value) bool) {
 				return e
 			}
 			if strings.IndexByte(key, '\\') >= 0 {
-				key = string(AppendUnescaped(nil, key))
+				key = Unescape(key)
 			}
 			stop = !fn(key, k, Value{Raw: v.Raw[x:e], At: v.At + x})
 			k++
@@ -121,7 +121,7 @@ func (v Value) String() string {
 		if strings.IndexByte(body, '\\') < 0 {
 			return body
 		}
-		return string(AppendUnescaped(nil, body))
+		return Unescape(body)
 	case '{', '[':
 		return v.Raw
 	case 't':
