@@ -272,6 +272,9 @@ func (p *parser) str() ([]byte, bool) {
 	}
 	body := p.src[p.pos+1 : end-1]
 	p.pos = end
+	if plainASCII(body) {
+		return body, true
+	}
 	if bytes.IndexByte(body, '\\') < 0 {
 		if utf8.Valid(body) {
 			return body, true
@@ -292,6 +295,27 @@ func (p *parser) str() ([]byte, bool) {
 		p.st.str, p.st.tmp = fixed, p.st.str
 	}
 	return p.st.str, true
+}
+
+// plainASCII reports whether the string body b (checked by ValidString)
+// is its own text: ASCII without escapes, as most keys and values are.
+// Eight bytes at a time, in one pass.
+func plainASCII(b []byte) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	i := 0
+	for ; i+8 <= len(b); i += 8 {
+		x := binary.LittleEndian.Uint64(b[i:])
+		q := x ^ (ones * '\\')
+		if (x|(q-ones)&^q)&highs != 0 {
+			return false
+		}
+	}
+	for ; i < len(b); i++ {
+		if b[i] == '\\' || b[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
 }
 
 // Exponents are clamped so that absurd inputs ("1e999999999999999999") stay
