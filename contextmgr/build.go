@@ -14,10 +14,10 @@ import (
 // reader weighed every item and the envelope, and a replaced result
 // changes its item's weight by the weight of the new string minus that of
 // the old. Only the cut that is forwarded is assembled, into one buffer of
-// the exact size. Bodies read by the gjson reader are assembled and
+// the exact size. Bodies read by the slow reader are assembled and
 // scanned instead.
 
-// assembly is a body assembled to be estimated (bodies the gjson reader
+// assembly is a body assembled to be estimated (bodies the slow reader
 // read), kept for forwarding it; a new decision drops it.
 type assembly struct {
 	cut int
@@ -461,7 +461,8 @@ func (p *plan) assemble(cut int) ([]byte, error) {
 	}
 	out = append(out, ']')
 	if c.listEnd == 0 {
-		// gjson could not say where the list is: set it by path.
+		// The slow reader could not say where the list is: set it
+		// by path.
 		if out, err = sjson.SetRawBytes(p.body, c.listPath, out); err != nil {
 			return nil, err
 		}

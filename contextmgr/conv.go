@@ -5,6 +5,7 @@ import (
 	"unsafe"
 
 	"github.com/haltline/haltline/wire"
+	"github.com/haltline/haltline/wire/jsonscan"
 )
 
 // The three wire formats are read into one neutral list of items, so that
@@ -102,7 +103,7 @@ type conv struct {
 	api      wire.API
 	listPath string // "messages" or "input"
 	// listStart and listEnd locate the list's bytes in the body; listEnd
-	// is 0 when gjson could not say where it is.
+	// is 0 when the slow reader could not say where it is.
 	listStart, listEnd int
 	items              []item
 	head               int  // items [0, head) are the protected head: system prompt and task
@@ -111,7 +112,7 @@ type conv struct {
 	// exact is set when the reader weighed every item and the envelope in
 	// the body's own order: estimates of a rewritten body are then sums of
 	// the parts' weights, with no need to assemble and scan it. It is unset
-	// for the gjson reader and for lists holding anything but objects.
+	// for the slow reader and for lists holding anything but objects.
 	exact    bool
 	envW     int64 // weight of the body outside the list
 	envTools bool  // the body offers tools outside the list
@@ -139,7 +140,7 @@ func (c *conv) read(api wire.API, body []byte) (est int64, valid, ok bool) {
 	case wire.APIResponses:
 		c.listPath = "input"
 	}
-	r := reader{b: body, cheap: api != wire.APIMessages}
+	r := reader{b: body, text: unsafe.String(unsafe.SliceData(body), len(body)), cheap: api != wire.APIMessages}
 	var list, prev span
 	var listTools, escKey bool
 	i := skipWS(body, 0)
@@ -183,8 +184,9 @@ func (c *conv) read(api wire.API, body []byte) (est int64, valid, ok bool) {
 		return est, true, false
 	}
 	if escKey {
-		// A member name with an escape: gjson reads names decoded, so the
-		// gjson reader decides what the request says.
+		// A member name with an escape: upstreams read names decoded,
+		// and so does the slow reader, which decides what the request
+		// says.
 		c.items = c.items[:0]
 		return est, true, parseConvSlow(api, body, c)
 	}
@@ -230,7 +232,7 @@ func (c *conv) decoded(r *result) []byte {
 			c.arena = make([]byte, 0, max(len(r.src), 2*cap(c.arena), 64<<10))
 		}
 		n := len(c.arena)
-		c.arena = appendUnescaped(c.arena, r.src)
+		c.arena = jsonscan.AppendUnescaped(c.arena, r.src)
 		r.dec = c.arena[n:len(c.arena):len(c.arena)]
 	}
 	return r.dec

@@ -25,6 +25,17 @@
 // heavier path, taken only over the watermark. Persist the run's State (it
 // is JSON) after a Rewrite that reports Compressed or new Blobs.
 //
+// # Reading JSON
+//
+// A body is read once by the package's reader, which validates, weighs and
+// locates the items in one pass; strings are found, checked and decoded by
+// wire/jsonscan, the gateway's one JSON scanner. The shapes the fast item
+// readers leave alone (member names with escapes, items that are not
+// objects, content objects) are read member by member through
+// jsonscan.Value, which reads as gjson and the upstreams read. Edits by
+// path (a system prompt appended to, a list set where the slow reader could
+// not locate it) go through sjson.
+//
 // # Stability of the cached prefix
 //
 // Prompt caches key on the prompt's prefix. A compression drops turns down

@@ -2,13 +2,13 @@ package contextmgr
 
 import (
 	"bytes"
-	"encoding/binary"
 	"math"
-	"math/bits"
+	"unsafe"
 
 	"github.com/zeebo/xxh3"
 
 	"github.com/haltline/haltline/wire"
+	"github.com/haltline/haltline/wire/jsonscan"
 )
 
 // Token estimates.
@@ -427,65 +427,14 @@ func skipWS(b []byte, i int) int {
 }
 
 // weighString weighs the contents of the string starting at b[start] and
-// returns the index of its closing quote (len(b) when it is not closed).
-// Eight bytes at a time are tested for a quote or a backslash (SWAR); a
-// word whose backslashes stand alone (\" and \n of embedded logs and JSON)
-// is weighed whole, its escaped quotes told from the closing one by a shift
-// of the backslash flags, so that escapes do not cost a branch each.
+// returns the index of its closing quote (len(b) when it is not closed):
+// jsonscan.SkipString finds the quote, weigh weighs what lies before it.
 func weighString(b []byte, start int) (w int64, end int) {
-	i := start
-	var s uint64
-	var pend uint // 1 when b[i] is escaped by the backslash before it
-	for i+8 <= len(b) {
-		x := binary.LittleEndian.Uint64(b[i:])
-		if byteMask(x, '"')|byteMask(x, '\\') == 0 {
-			s += weigh8((*[8]byte)(b[i : i+8]))
-			i += 8
-			pend = 0
-			continue
-		}
-		bs := compact(eqMask(x, '\\'))
-		if bs&(bs<<1|pend) == 0 {
-			escaped := bs<<1 | pend
-			if q := compact(eqMask(x, '"')) &^ escaped & 0xff; q != 0 {
-				for k := bits.TrailingZeros(q); k > 0; k-- {
-					s += uint64(byteWeight[b[i]])
-					i++
-				}
-				return int64(s), i
-			}
-			s += weigh8((*[8]byte)(b[i : i+8]))
-			i += 8
-			pend = escaped >> 8
-			continue
-		}
-		// Runs of backslashes: byte by byte through this word.
-		var closed bool
-		if i, s, pend, closed = weighBytes(b, i, i+8, s, pend); closed {
-			return int64(s), i
-		}
+	end = jsonscan.SkipString(unsafe.String(unsafe.SliceData(b), len(b)), start-1) - 1
+	if end < 0 {
+		end = len(b)
 	}
-	i, s, _, _ = weighBytes(b, i, len(b), s, pend)
-	return int64(s), i
-}
-
-// weighBytes is weighString's byte-by-byte step over b[i:e], for words
-// with runs of backslashes and the last bytes: closed reports the closing
-// quote, at the returned index (e otherwise).
-func weighBytes(b []byte, i, e int, s uint64, pend uint) (int, uint64, uint, bool) {
-	for ; i < e; i++ {
-		c := b[i]
-		switch {
-		case pend != 0:
-			pend = 0
-		case c == '"':
-			return i, s, pend, true
-		case c == '\\':
-			pend = 1
-		}
-		s += uint64(byteWeight[c])
-	}
-	return e, s, pend, false
+	return weigh(b[start:end]), end
 }
 
 func isIDKey(k []byte) bool {

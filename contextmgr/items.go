@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/haltline/haltline/wire"
-	"github.com/tidwall/gjson"
+	"github.com/haltline/haltline/wire/jsonscan"
 )
 
 // The fast item readers: an item's members are located by the reader as it
@@ -37,7 +37,7 @@ func (c *conv) readItems(r *reader, i int) int {
 			// scan weighs a lone string after whatever member name came
 			// last in the body, and on its own after none: the parts no
 			// longer add up to the body, so estimates assemble and scan.
-			it = gjsonItem(c.api, gjson.ParseBytes(b[v:e]))
+			it = slowItem(c.api, jsonscan.Parse(string(b[v:e])))
 			it.w, it.tools = scan(b[v:e], r.cheap)
 			c.exact = false
 		}
@@ -119,7 +119,7 @@ func (c *conv) readItem(r *reader, v int) (it item, end int) {
 		}
 	}
 	if !good {
-		it = gjsonItem(c.api, gjson.ParseBytes(b[v:end]))
+		it = slowItem(c.api, jsonscan.Parse(string(b[v:end])))
 	}
 	return it, end
 }
@@ -137,7 +137,8 @@ func (c *conv) newResults(n int) []result {
 	return rs
 }
 
-// str returns what gjson's String returns for the value at v.
+// str returns what jsonscan.Value's String (gjson's) returns for the
+// value at v.
 func str(b []byte, v span) string {
 	if !v.ok() {
 		return ""
@@ -173,7 +174,10 @@ func str(b []byte, v span) string {
 		}
 		return string(raw)
 	}
-	return gjson.ParseBytes(b[v.s:v.e]).String()
+	if b[v.s] == '"' && v.e-v.s >= 2 {
+		return jsonscan.Unescape(b[v.s+1 : v.e-1])
+	}
+	return jsonscan.Parse(string(b[v.s:v.e])).String()
 }
 
 // lazyText reads a content value like contentText, leaving a plain string
@@ -189,7 +193,7 @@ func lazyText(b []byte, v span, r *result) (plain bool) {
 	if !v.ok() {
 		return false
 	}
-	r.text, plain = contentText(gjson.ParseBytes(b[v.s:v.e]))
+	r.text, plain = contentText(jsonscan.Parse(string(b[v.s:v.e])))
 	return plain
 }
 
@@ -200,7 +204,7 @@ func eagerText(b []byte, v span) (string, bool) {
 	if b[v.s] == '"' {
 		return str(b, v), true
 	}
-	return contentText(gjson.ParseBytes(b[v.s:v.e]))
+	return contentText(jsonscan.Parse(string(b[v.s:v.e])))
 }
 
 // spanFields are the members of an item the fast readers look at.
@@ -226,7 +230,7 @@ func (c *conv) chatItemFast(b []byte, f spanFields) item {
 		it.text, _ = eagerText(b, f.content)
 		k := len(c.callBuf)
 		if f.toolCalls.ok() {
-			gjson.ParseBytes(b[f.toolCalls.s:f.toolCalls.e]).ForEach(func(_, tc gjson.Result) bool {
+			jsonscan.Parse(string(b[f.toolCalls.s:f.toolCalls.e])).ForEach(func(_ string, _ int, tc jsonscan.Value) bool {
 				c.callBuf = append(c.callBuf, call{
 					id:   tc.Get("id").String(),
 					name: tc.Get("function.name").String(),
@@ -236,7 +240,7 @@ func (c *conv) chatItemFast(b []byte, f spanFields) item {
 			})
 		}
 		if f.functionCall.ok() {
-			fc := gjson.ParseBytes(b[f.functionCall.s:f.functionCall.e])
+			fc := jsonscan.Parse(string(b[f.functionCall.s:f.functionCall.e]))
 			name := fc.Get("name").String()
 			c.callBuf = append(c.callBuf, call{id: "fn:" + name, name: name, args: fc.Get("arguments").String()})
 		}

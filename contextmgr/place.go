@@ -2,9 +2,11 @@ package contextmgr
 
 import (
 	"encoding/json"
+	"strings"
+	"unsafe"
 
 	"github.com/haltline/haltline/wire"
-	"github.com/tidwall/gjson"
+	"github.com/haltline/haltline/wire/jsonscan"
 	"github.com/tidwall/sjson"
 )
 
@@ -69,17 +71,17 @@ func (p *plan) placement() (*placement, error) {
 	env, ls := p.envelope()
 	switch c.api {
 	case wire.APIMessages:
-		sys := gjson.GetBytes(env, "system")
+		sys := memberOf(env, "system")
 		switch {
-		case sys.Type == gjson.String && sys.String() != "":
+		case sys.IsString() && sys.String() != "":
 			pl.editPath, pl.editValue = "system", sys.String()+"\n\n"+seg
-		case sys.IsArray() && len(sys.Array()) > 0:
+		case sys.IsArray() && hasElements(sys):
 			pl.editPath, pl.editValue = "system.-1", map[string]string{"type": "text", "text": seg}
 		default:
 			pl.editPath, pl.editValue = "system", seg
 		}
 	case wire.APIResponses:
-		if in := gjson.GetBytes(env, "instructions"); in.Type == gjson.String && in.String() != "" {
+		if in := memberOf(env, "instructions"); in.IsString() && in.String() != "" {
 			pl.editPath, pl.editValue = "instructions", in.String()+"\n\n"+seg
 		}
 	}
@@ -97,7 +99,7 @@ func (p *plan) placement() (*placement, error) {
 		if commonPrefix(env, edited) < ls+2 {
 			if commonSuffix(env, edited) < len(env)-ls {
 				// The edit reached into the list: leave the body to the
-				// gjson path.
+				// path edit.
 				c.exact, c.listEnd = false, 0
 				p.placeOK = false
 				return p.placement()
@@ -119,11 +121,11 @@ func (p *plan) placement() (*placement, error) {
 				return nil, err
 			}
 		}
-		content := gjson.GetBytes(first, "content")
+		content := memberOf(first, "content")
 		var nr []byte
 		var err error
 		switch {
-		case content.Type == gjson.String:
+		case content.IsString():
 			nr, err = sjson.SetBytes(first, "content", content.String()+"\n\n"+seg)
 		case content.IsArray():
 			nr, err = sjson.SetBytes(first, "content.-1", map[string]string{"type": partType, "text": seg})
@@ -162,4 +164,22 @@ func commonSuffix(a, b []byte) int {
 		i++
 	}
 	return i
+}
+
+// memberOf returns the member name of the object b holds, copied out of b
+// (texts made of it outlive the buffer).
+func memberOf(b []byte, name string) jsonscan.Value {
+	v := jsonscan.Parse(unsafe.String(unsafe.SliceData(b), len(b))).Get(name)
+	v.Raw = strings.Clone(v.Raw)
+	return v
+}
+
+// hasElements reports whether the array v holds any element.
+func hasElements(v jsonscan.Value) bool {
+	found := false
+	v.ForEach(func(string, int, jsonscan.Value) bool {
+		found = true
+		return false
+	})
+	return found
 }

@@ -1,5 +1,7 @@
 package contextmgr
 
+import "github.com/haltline/haltline/wire/jsonscan"
+
 // reader reads a request body once and does three things on the way:
 // it validates it (the grammar gjson.ValidBytes accepts: RFC 8259, bytes
 // not checked for UTF-8), it weighs it exactly as scan does, and it lets
@@ -12,7 +14,8 @@ package contextmgr
 // the reader is r.w after minus r.w before.
 type reader struct {
 	b       []byte
-	cheap   bool // OpenAI: id values cost idWeight (see scan)
+	text    string // b, read as a string by jsonscan (never copied)
+	cheap   bool   // OpenAI: id values cost idWeight (see scan)
 	w       int64
 	tools   bool
 	lastKey []byte
@@ -32,7 +35,7 @@ func (r *reader) key(i int) (k []byte, esc bool, v int) {
 	if i >= len(b) || b[i] != '"' {
 		return nil, false, r.fail()
 	}
-	e, _, esc, ok := lexString(b, i)
+	e, _, esc, ok := lexString(b, r.text, i)
 	if !ok {
 		return nil, false, r.fail()
 	}
@@ -53,7 +56,7 @@ func (r *reader) key(i int) (k []byte, esc bool, v int) {
 
 // str reads the string value at b[i].
 func (r *reader) str(i int) int {
-	e, sw, _, ok := lexString(r.b, i)
+	e, sw, _, ok := lexString(r.b, r.text, i)
 	if !ok {
 		return r.fail()
 	}
@@ -72,31 +75,9 @@ func (r *reader) str(i int) int {
 // scalar reads the number or literal at b[i].
 func (r *reader) scalar(i int) int {
 	b := r.b
-	var e int
-	switch c := b[i]; c {
-	case 't':
-		if len(b)-i < 4 || string(b[i:i+4]) != "true" {
-			return r.fail()
-		}
-		e = i + 4
-	case 'f':
-		if len(b)-i < 5 || string(b[i:i+5]) != "false" {
-			return r.fail()
-		}
-		e = i + 5
-	case 'n':
-		if len(b)-i < 4 || string(b[i:i+4]) != "null" {
-			return r.fail()
-		}
-		e = i + 4
-	default:
-		if c != '-' && (c < '0' || c > '9') {
-			return r.fail()
-		}
-		var ok bool
-		if e, ok = validNumber(b, i); !ok {
-			return r.fail()
-		}
+	e := jsonscan.ValidValue(r.text, i)
+	if e < 0 {
+		return r.fail()
 	}
 	for _, c := range b[i:e] {
 		r.w += int64(outerWeight[c])
@@ -244,47 +225,4 @@ func (r *reader) member(v int) span {
 	w0 := r.w
 	e := r.value(v)
 	return span{s: v, e: e, w: r.w - w0}
-}
-
-func ishex(c byte) bool {
-	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
-}
-
-// validNumber reads a number at b[i] ('-' or a digit); it returns its end.
-func validNumber(b []byte, i int) (int, bool) {
-	if b[i] == '-' {
-		i++
-		if i >= len(b) || b[i] < '0' || b[i] > '9' {
-			return i, false
-		}
-	}
-	if b[i] == '0' {
-		i++
-	} else {
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-			i++
-		}
-	}
-	if i < len(b) && b[i] == '.' {
-		i++
-		if i >= len(b) || b[i] < '0' || b[i] > '9' {
-			return i, false
-		}
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-			i++
-		}
-	}
-	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
-		i++
-		if i < len(b) && (b[i] == '+' || b[i] == '-') {
-			i++
-		}
-		if i >= len(b) || b[i] < '0' || b[i] > '9' {
-			return i, false
-		}
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-			i++
-		}
-	}
-	return i, true
 }

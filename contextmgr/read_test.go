@@ -2,6 +2,7 @@ package contextmgr
 
 import (
 	"encoding/json"
+	"fmt"
 	"hash/crc64"
 	"math/rand/v2"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/haltline/haltline/wire"
+	"github.com/haltline/haltline/wire/jsonscan"
 	"github.com/tidwall/gjson"
 )
 
@@ -107,7 +109,7 @@ func TestLexString(t *testing.T) {
 		}
 		b.WriteString(strings.Repeat("x", r.IntN(9)))
 		s := []byte(b.String())
-		end, w, esc, ok := lexString(s, start)
+		end, w, esc, ok := lexString(s, string(s), start)
 		// The reference: the closing quote and validity by hand.
 		i, refOK, refEsc := start+1, true, false
 		for ; i < len(s); i++ {
@@ -126,7 +128,7 @@ func TestLexString(t *testing.T) {
 					break
 				}
 				if s[i+1] == 'u' {
-					if i+5 >= len(s) || !ishex(s[i+2]) || !ishex(s[i+3]) || !ishex(s[i+4]) || !ishex(s[i+5]) {
+					if i+5 >= len(s) || !isHex(s[i+2:i+6]) {
 						refOK = false
 						break
 					}
@@ -149,8 +151,8 @@ func TestLexString(t *testing.T) {
 		if ww, we := weighString(s, start+1); uint64(ww) != w || we != i {
 			t.Fatalf("%q: weight %d, weighString %d (end %d)", s[start:], w, ww, we)
 		}
-		if want := gjson.ParseBytes(s[start:end]).String(); string(appendUnescaped(nil, s[start+1:end-1])) != want {
-			t.Fatalf("%q: decoded %q, gjson %q", s[start:end], appendUnescaped(nil, s[start+1:end-1]), want)
+		if want := gjson.ParseBytes(s[start:end]).String(); string(jsonscan.AppendUnescaped(nil, s[start+1:end-1])) != want {
+			t.Fatalf("%q: decoded %q, gjson %q", s[start:end], jsonscan.AppendUnescaped(nil, s[start+1:end-1]), want)
 		}
 	}
 }
@@ -211,6 +213,55 @@ func TestMarshalWeight(t *testing.T) {
 		}
 		if got, want := marshalWeight([]byte(s)), weigh(enc); got != want {
 			t.Fatalf("%q: weight %d, want %d", s, got, want)
+		}
+	}
+}
+
+func isHex(s []byte) bool {
+	for _, c := range s {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F') {
+			return false
+		}
+	}
+	return true
+}
+
+// The slow reader (member by member through jsonscan.Value) reads the
+// items the fast readers read: the same kinds, roles, texts, calls and
+// results, on every shape the generator makes.
+func TestSlowReaderReadsAsFast(t *testing.T) {
+	t.Parallel()
+	summary := func(c *conv) string {
+		var b strings.Builder
+		for i := range c.items {
+			it := &c.items[i]
+			fmt.Fprintf(&b, "%d %s %q %q calls %q|", it.kind, it.role, it.text, it.raw, it.calls)
+			for k := range it.results {
+				r := &it.results[k]
+				fmt.Fprintf(&b, " result %q %q %q", r.id, c.textOf(r), r.path)
+			}
+			b.WriteByte('\n')
+		}
+		fmt.Fprintf(&b, "list %d-%d head %d noDrop %v", c.listStart, c.listEnd, c.head, c.noDrop)
+		return b.String()
+	}
+	for _, api := range apis {
+		for seed := range uint64(40) {
+			r := rand.New(rand.NewPCG(seed, 11))
+			body := genConversation(r, 2+r.IntN(10), 3000).render(api)
+			fast, slow := getConv(), getConv()
+			if _, valid, ok := fast.read(api, body); !valid || !ok {
+				t.Fatalf("%v seed %d: not read: %q", api, seed, body)
+			}
+			slow.api, slow.listPath = fast.api, fast.listPath
+			if !parseConvSlow(api, body, slow) {
+				t.Fatalf("%v seed %d: the slow reader found no list", api, seed)
+			}
+			if got, want := summary(slow), summary(fast); got != want {
+				t.Fatalf("%v seed %d: the slow reader read\n%s\nthe fast\n%s", api, seed, got, want)
+			}
+			putConv(fast)
+			putConv(slow)
 		}
 	}
 }

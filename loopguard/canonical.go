@@ -1,16 +1,16 @@
 package loopguard
 
 import (
+	"bytes"
 	"encoding/binary"
 	"math/bits"
 	"slices"
 	"unicode"
 	"unicode/utf8"
-)
+	"unsafe"
 
-// maxDepth bounds nesting so that a hostile "[[[[…" costs neither stack
-// growth nor time; deeper input is hashed as text, which is still stable.
-const maxDepth = 128
+	"github.com/haltline/haltline/wire/jsonscan"
+)
 
 // span locates one canonical object member "key":value inside the output
 // buffer while the members of that object are being collected for sorting.
@@ -33,6 +33,7 @@ type scratch struct {
 // only object members are reordered in place once the object closes.
 type parser struct {
 	src      []byte
+	text     string // src, read as a string by jsonscan (never copied)
 	pos      int
 	st       *scratch
 	volatile *keySet
@@ -46,7 +47,7 @@ type parser struct {
 // canonical(x).
 func canonical(dst, src []byte, st *scratch, volatile *keySet) []byte {
 	start := len(dst)
-	p := parser{src: src, st: st, volatile: volatile}
+	p := parser{src: src, text: unsafe.String(unsafe.SliceData(src), len(src)), st: st, volatile: volatile}
 	st.spans = st.spans[:0]
 	p.skipWS()
 	if p.pos < len(src) {
@@ -64,19 +65,10 @@ func canonical(dst, src []byte, st *scratch, volatile *keySet) []byte {
 	return appendNormalized(dst[:start], st.str)
 }
 
-func (p *parser) skipWS() {
-	for p.pos < len(p.src) {
-		switch p.src[p.pos] {
-		case ' ', '\t', '\n', '\r':
-			p.pos++
-		default:
-			return
-		}
-	}
-}
+func (p *parser) skipWS() { p.pos = jsonscan.SkipWS(p.text, p.pos) }
 
 func (p *parser) value(dst []byte, depth int) ([]byte, bool) {
-	if p.pos >= len(p.src) || depth > maxDepth {
+	if p.pos >= len(p.src) || depth > jsonscan.MaxDepth {
 		return dst, false
 	}
 	switch c := p.src[p.pos]; {
@@ -267,144 +259,63 @@ func lower(c byte) byte {
 	return c
 }
 
-// str reads a JSON string at p.pos and returns its decoded content: a slice
-// of the source when it has no escapes and is plain ASCII, otherwise the
-// scratch buffer (valid until the next call). Invalid UTF-8 and lone
-// surrogates become U+FFFD so that the output is always valid UTF-8.
+// str reads a JSON string at p.pos (jsonscan.ValidString finds its end
+// and checks it) and returns its decoded content (jsonscan.AppendUnescaped):
+// a slice of the source when it has no escapes and is valid UTF-8,
+// otherwise the scratch buffer (valid until the next call). Invalid UTF-8
+// and lone surrogates become U+FFFD so that the output is always valid
+// UTF-8.
 func (p *parser) str() ([]byte, bool) {
-	p.pos++ // opening quote
-	start := p.pos
-	i := skipPlain(p.src, start, true)
-	if i < len(p.src) && p.src[i] == '"' {
-		p.pos = i + 1
-		return p.src[start:i], true
+	end := jsonscan.ValidString(p.text, p.pos)
+	if end < 0 {
+		return nil, false
 	}
-	out := append(p.st.str[:0], p.src[start:i]...)
-	for i < len(p.src) {
-		c := p.src[i]
-		switch {
-		case c == '"':
-			p.pos = i + 1
-			p.st.str = out
-			return out, true
-		case c < 0x20:
-			return nil, false
-		case c == '\\':
-			var ok bool
-			if out, i, ok = appendUnescaped(out, p.src, i); !ok {
-				return nil, false
-			}
-		case c < 0x80:
-			j := skipPlain(p.src, i+1, true)
-			out = append(out, p.src[i:j]...)
-			i = j
-		default:
-			// Text up to the next quote, escape or control byte: as it is
-			// when it is valid UTF-8, else rune by rune, each invalid byte
-			// becoming U+FFFD.
-			j := skipPlain(p.src, i+1, false)
-			if utf8.Valid(p.src[i:j]) {
-				out = append(out, p.src[i:j]...)
-				i = j
-				continue
-			}
-			for i < j {
-				r, size := utf8.DecodeRune(p.src[i:j])
-				out = utf8.AppendRune(out, r)
-				i += size
-			}
+	body := p.src[p.pos+1 : end-1]
+	p.pos = end
+	if plainASCII(body) {
+		return body, true
+	}
+	if bytes.IndexByte(body, '\\') < 0 {
+		if utf8.Valid(body) {
+			return body, true
 		}
+		p.st.str = append(p.st.str[:0], body...)
+	} else {
+		p.st.str = jsonscan.AppendUnescaped(p.st.str[:0], body)
 	}
-	return nil, false
+	if !utf8.Valid(p.st.str) {
+		// Each invalid byte becomes U+FFFD (the decoded escapes are valid
+		// and start no sequence a byte before them could complete).
+		fixed := p.st.tmp[:0]
+		for s := p.st.str; len(s) > 0; {
+			r, size := utf8.DecodeRune(s)
+			fixed = utf8.AppendRune(fixed, r)
+			s = s[size:]
+		}
+		p.st.str, p.st.tmp = fixed, p.st.str
+	}
+	return p.st.str, true
 }
 
-// appendUnescaped appends the character the escape at src[i] (a
-// backslash) stands for, and returns the index after the escape; false
-// for a bad escape. A surrogate pair is one character; a lone surrogate
-// becomes U+FFFD.
-func appendUnescaped(out, src []byte, i int) ([]byte, int, bool) {
-	if i+1 >= len(src) {
-		return out, i, false
-	}
-	i++
-	switch src[i] {
-	case '"', '\\', '/':
-		out = append(out, src[i])
-	case 'b':
-		out = append(out, '\b')
-	case 'f':
-		out = append(out, '\f')
-	case 'n':
-		out = append(out, '\n')
-	case 'r':
-		out = append(out, '\r')
-	case 't':
-		out = append(out, '\t')
-	case 'u':
-		r, ok := hex4(src, i+1)
-		if !ok {
-			return out, i, false
-		}
-		i += 4
-		if r >= 0xD800 && r < 0xDC00 && i+6 < len(src) && src[i+1] == '\\' && src[i+2] == 'u' {
-			if r2, ok := hex4(src, i+3); ok && r2 >= 0xDC00 && r2 < 0xE000 {
-				r = (r-0xD800)<<10 | (r2 - 0xDC00) + 0x10000
-				i += 6
-			}
-		}
-		out = utf8.AppendRune(out, r) // lone surrogates become U+FFFD
-	default:
-		return out, i, false
-	}
-	return out, i + 1, true
-}
-
-// skipPlain returns the index of the first byte from i on that a string's
-// reading must stop at: a quote, a backslash, a control byte, or with
-// ascii a byte of a multi-byte character; len(s) if none. Eight bytes at a
-// time: a byte at a time, this was a fifth of the hashing of a large JSON
-// tool result.
-func skipPlain(s []byte, i int, ascii bool) int {
+// plainASCII reports whether the string body b (checked by ValidString)
+// is its own text: ASCII without escapes, as most keys and values are.
+// Eight bytes at a time, in one pass.
+func plainASCII(b []byte) bool {
 	const ones, highs = 0x0101010101010101, 0x8080808080808080
-	for ; i+8 <= len(s); i += 8 {
-		x := binary.LittleEndian.Uint64(s[i:])
-		q, b := x^(ones*'"'), x^(ones*'\\')
-		m := (q-ones)&^q | (b-ones)&^b | (x-ones*0x20)&^x
-		if ascii {
-			m |= x
-		}
-		// A borrow only runs upward: the lowest mark is exact.
-		if m &= highs; m != 0 {
-			return i + bits.TrailingZeros64(m)>>3
+	i := 0
+	for ; i+8 <= len(b); i += 8 {
+		x := binary.LittleEndian.Uint64(b[i:])
+		q := x ^ (ones * '\\')
+		if (x|(q-ones)&^q)&highs != 0 {
+			return false
 		}
 	}
-	for ; i < len(s); i++ {
-		if c := s[i]; c == '"' || c == '\\' || c < 0x20 || ascii && c >= 0x80 {
-			return i
+	for ; i < len(b); i++ {
+		if b[i] == '\\' || b[i] >= utf8.RuneSelf {
+			return false
 		}
 	}
-	return i
-}
-
-func hex4(b []byte, i int) (rune, bool) {
-	if i+4 > len(b) {
-		return 0, false
-	}
-	var r rune
-	for _, c := range b[i : i+4] {
-		switch {
-		case c >= '0' && c <= '9':
-			c -= '0'
-		case c >= 'a' && c <= 'f':
-			c -= 'a' - 10
-		case c >= 'A' && c <= 'F':
-			c -= 'A' - 10
-		default:
-			return 0, false
-		}
-		r = r<<4 | rune(c)
-	}
-	return r, true
+	return true
 }
 
 // Exponents are clamped so that absurd inputs ("1e999999999999999999") stay

@@ -6,7 +6,8 @@
 // must not touch ending a run — a Verdict is a report; the pipeline decides
 // between enforce and shadow, records the termination reason and answers the
 // client — nor policy (thresholds and volatile keys arrive as values), nor
-// any transport or wire format. It imports only the standard library.
+// any transport or wire format. It imports the standard library and
+// wire/jsonscan, the gateway's one JSON scanner (no provider format).
 //
 // # Fingerprints
 //
@@ -22,7 +23,10 @@
 // 2nd" are different questions. Input that is not JSON is hashed as
 // whitespace-folded text with the same replacements. The canonicaliser is a
 // single-pass tokenizer over the bytes writing into pooled buffers; it never
-// fails, never allocates in steady state, and is idempotent.
+// fails, never allocates in steady state, and is idempotent. Strings are
+// found, checked and decoded by jsonscan (ValidString, AppendUnescaped), as
+// the provider codecs read them; numbers, key order and the normalising
+// of values are the canonicaliser's own.
 //
 // A Fingerprint also carries a shape: the hash of the canonical form with
 // digit runs masked, so calls that differ only in numbers share it. See

@@ -102,7 +102,7 @@ func (p *parser) strRef() ([]byte, bool) {
 			return nil, false
 		case c == '\\':
 			var ok bool
-			if out, i, ok = appendUnescaped(out, p.src, i); !ok {
+			if out, i, ok = appendUnescapedRef(out, p.src, i); !ok {
 				return nil, false
 			}
 		case c < 0x80:
@@ -149,7 +149,7 @@ func FuzzNormalizersMatchReference(f *testing.F) {
 		}
 		// A string literal: the input after a quote, read as JSON reads it.
 		src := append([]byte{'"'}, in...)
-		p, ref := parser{src: src, st: &scratch{}}, parser{src: src, st: &scratch{}}
+		p, ref := parser{src: src, text: string(src), st: &scratch{}}, parser{src: src, st: &scratch{}}
 		got, ok := p.str()
 		want, wantOK := ref.strRef()
 		if ok != wantOK || ok && (!bytes.Equal(got, want) || p.pos != ref.pos) {
@@ -199,4 +199,67 @@ func BenchmarkObservation64KB(b *testing.B) {
 			}
 		})
 	}
+}
+
+// appendUnescapedRef is the escape reader as it was before strings were
+// decoded by jsonscan: it appends the character the escape at src[i] (a
+// backslash) stands for, and returns the index after the escape; false
+// for a bad escape. A surrogate pair is one character; a lone surrogate
+// becomes U+FFFD.
+func appendUnescapedRef(out, src []byte, i int) ([]byte, int, bool) {
+	if i+1 >= len(src) {
+		return out, i, false
+	}
+	i++
+	switch src[i] {
+	case '"', '\\', '/':
+		out = append(out, src[i])
+	case 'b':
+		out = append(out, '\b')
+	case 'f':
+		out = append(out, '\f')
+	case 'n':
+		out = append(out, '\n')
+	case 'r':
+		out = append(out, '\r')
+	case 't':
+		out = append(out, '\t')
+	case 'u':
+		r, ok := hex4Ref(src, i+1)
+		if !ok {
+			return out, i, false
+		}
+		i += 4
+		if r >= 0xD800 && r < 0xDC00 && i+6 < len(src) && src[i+1] == '\\' && src[i+2] == 'u' {
+			if r2, ok := hex4Ref(src, i+3); ok && r2 >= 0xDC00 && r2 < 0xE000 {
+				r = (r-0xD800)<<10 | (r2 - 0xDC00) + 0x10000
+				i += 6
+			}
+		}
+		out = utf8.AppendRune(out, r) // lone surrogates become U+FFFD
+	default:
+		return out, i, false
+	}
+	return out, i + 1, true
+}
+
+func hex4Ref(b []byte, i int) (rune, bool) {
+	if i+4 > len(b) {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[i : i+4] {
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c -= 'a' - 10
+		case c >= 'A' && c <= 'F':
+			c -= 'A' - 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(c)
+	}
+	return r, true
 }

@@ -29,6 +29,11 @@
 // supplies what a run's snapshot holds (persist.go) and how a newer one
 // replaces the run in memory (replica.go).
 //
+// Runs, their events, ledgers and holds are stored as JSON records
+// (persist.go): format 1, told by its first byte, so that a later format
+// can be read beside it. The records written on every call are appended by
+// hand (runstate, accounting); the rest is encoding/json's.
+//
 // It must not import fasthttp, gRPC or net/http, nor read provider JSON
 // itself: wire codecs do that.
 package pipeline

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -39,19 +40,35 @@ type runBlob struct {
 	Context *contextmgr.State `json:"context,omitempty"`
 }
 
+// Stored records (a run's snapshot, its events, its ledgers and holds) are
+// JSON: format 1, whose records start with '{' or '['. A later format
+// marks its records with a first byte JSON text cannot start with, so
+// that decode can tell the two apart and a store written by this version
+// stays readable after the change.
+const (
+	recordObject = '{'
+	recordArray  = '['
+)
+
 // encode is the JSON encoder of what a persist writes besides the parts
 // appended by hand (the run's state, its ledgers, its events: see
 // runstate.Persisted.AppendJSON): a run's fixed policy answers, once, and
-// its tool and context state when it has any. goccy/go-json encodes in a
-// third of encoding/json's time with one allocation.
-func encode(v any) ([]byte, error) { return gojson.Marshal(v) }
+// its tool and context state when it has any.
+func encode(v any) ([]byte, error) { return json.Marshal(v) }
 
-// decode reads what encode wrote where reading is on a path someone waits
-// for — a restart's live runs, a run loaded back on demand, the control
-// plane's lists: goccy/go-json decodes a run's snapshot and timeline in
-// less than half of encoding/json's time (a restart with 7,550 live runs:
-// 0.71 → 0.30 s), into the same values (TestDecodeMatchesEncodingJSON).
-func decode(v []byte, dst any) error { return gojson.Unmarshal(v, dst) }
+// decode reads a stored record, format 1, where reading is on a path
+// someone waits for — a restart's live runs, a run loaded back on demand,
+// the control plane's lists: goccy/go-json decodes a run's snapshot and
+// timeline in a third to a quarter of encoding/json's time, into the same
+// values (TestDecodeReadsStoredRecords); see docs/performance.md for the
+// restart it keeps short. A record of another format is an error rather
+// than a guess.
+func decode(v []byte, dst any) error {
+	if len(v) > 0 && v[0] != recordObject && v[0] != recordArray {
+		return fmt.Errorf("pipeline: stored record of an unknown format (first byte %#x)", v[0])
+	}
+	return gojson.Unmarshal(v, dst)
+}
 
 // encodeRun encodes a run's snapshot as runBlob, with the part fixed when
 // its governance was built (policy answers, ledgers) encoded once per run

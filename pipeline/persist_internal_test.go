@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"reflect"
 	"testing"
 	"time"
@@ -79,76 +81,60 @@ func TestEncodeRunMatchesTheBlob(t *testing.T) {
 	}
 }
 
-// decode (goccy) reads a run's snapshot and timeline into the same values
-// as encoding/json: a run ended by a line, with shadow hits, a last action,
-// tool calls outstanding, tool state, its loop guard and context state.
-func TestDecodeMatchesEncodingJSON(t *testing.T) {
-	p := storedPipeline(t)
-	ctx := context.Background()
-	const id = "dec<&>\u2028"
-	for k := range 3 {
-		body := fmt.Appendf(nil, `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"step %d \u00e9\ud83d\ude00"}]}`, k)
-		resp := fmt.Appendf(nil, `{"id":"chatcmpl-%d","object":"chat.completion","created":1,"model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"call_%d","type":"function","function":{"name":"search","arguments":"{\"q\":%d}"}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":100,"completion_tokens":10,"total_tokens":110}}`, k, k, k)
-		tr := p.Begin(ctx, &Call{Body: body, RunID: id, RunBudget: "max_steps=2"}, openai.Chat{})
-		if tr.Answer == nil {
-			p.Finish(ctx, tr, Outcome{Status: 200, Body: resp})
+// Records written before stay readable: a run's snapshot (ended by a line,
+// with shadow hits, a last action, tool calls outstanding, tool state and
+// its loop guard), its timeline and a ledger with every member set, as
+// stored by an earlier build, decode (goccy) into the values encoding/json
+// reads, which encode back to the same bytes; a record of an unknown
+// format is refused, not guessed at.
+func TestDecodeReadsStoredRecords(t *testing.T) {
+	read := func(name string) []byte {
+		b, err := os.ReadFile(filepath.Join("testdata", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return bytes.TrimSuffix(b, []byte("\n"))
+	}
+	same := func(name string, stored []byte, v any) {
+		t.Helper()
+		if err := decode(stored, v); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		std := reflect.New(reflect.TypeOf(v).Elem()).Interface()
+		if err := json.Unmarshal(stored, std); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(v, std) {
+			t.Fatalf("%s decoded differently:\n goccy %+v\n std   %+v", name, v, std)
+		}
+		again, err := encode(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(again, stored) {
+			t.Fatalf("%s encodes back differently:\n stored %s\n now    %s", name, stored, again)
 		}
 	}
-	r := p.runs.Get(id)
-	r.Lock()
-	g := govOf(r)
-	r.WouldTerminate = append(r.WouldTerminate, runstate.ShadowHit{Line: "stalled", Step: 2, Evidence: "a b"})
-	r.LastAction = &runstate.Action{Tool: "search", ArgumentsHash: "abc"}
-	g.tools = &toolState{Uses: map[string]int64{"search": 3}, PausedAt: time.Unix(1700000000, 5).UTC()}
-	run := r.Export(p.now())
-	snap, err := encodeRun(&run, g)
-	if err != nil {
-		t.Fatal(err)
+	var b runBlob
+	same("run", read("record-v1-run.json"), &b)
+	if b.Run.ID != "dec<&>\u2028" || b.Run.Termination == nil || len(b.Run.Outstanding) == 0 ||
+		len(b.Run.WouldTerminate) != 1 || b.Tools == nil || b.Tools.Uses["search"] != 3 || len(b.Guard) == 0 {
+		t.Fatalf("run read back as %+v", b)
 	}
-	events, err := encode(r.Events)
-	r.Unlock()
-	if err != nil {
-		t.Fatal(err)
+	var events []runstate.Event
+	same("events", read("record-v1-events.json"), &events)
+	if len(events) < 5 {
+		t.Fatalf("events read back: %d", len(events))
 	}
-	if run.Termination == nil || len(run.Outstanding) == 0 || len(r.Events) < 5 {
-		t.Fatalf("setup: termination %v, outstanding %d, events %d", run.Termination, len(run.Outstanding), len(r.Events))
+	var l accounting.LedgerState
+	same("ledger", read("record-v1-ledger.json"), &l)
+	if vec := (accounting.Vector{Steps: 3, Tokens: 4, InputTokens: 5, OutputTokens: 6, ToolCalls: 7, Cost: 8}); l.Spent != vec || l.Key != "team:t\u00e9:daily" {
+		t.Fatalf("ledger read back as %+v", l)
 	}
-	var fast, std runBlob
-	if err := decode(snap, &fast); err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(snap, &std); err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(fast, std) {
-		t.Fatalf("snapshot decoded differently:\n goccy %+v\n std   %+v", fast, std)
-	}
-	var fastEv, stdEv []runstate.Event
-	if err := decode(events, &fastEv); err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(events, &stdEv); err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(fastEv, stdEv) {
-		t.Fatalf("events decoded differently:\n goccy %+v\n std   %+v", fastEv, stdEv)
-	}
-	// A ledger as persist writes it, every member set (a team window's).
-	vec := accounting.Vector{Steps: 3, Tokens: 4, InputTokens: 5, OutputTokens: 6, ToolCalls: 7, Cost: 8}
-	ledger, err := encode(accounting.LedgerState{Key: "team:t\u00e9:daily", Limit: vec, FinalReserve: vec, Spent: vec,
-		Reserved: vec, PeriodNs: int64(24 * time.Hour), WindowStart: time.Unix(1700000000, 5).UTC()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var fastL, stdL accounting.LedgerState
-	if err := decode(ledger, &fastL); err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(ledger, &stdL); err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(fastL, stdL) || fastL.Spent != vec {
-		t.Fatalf("ledger decoded differently:\n goccy %+v\n std   %+v", fastL, stdL)
+	for _, rec := range [][]byte{[]byte("\x02{}"), []byte("v2:{}")} {
+		if err := decode(rec, &b); err == nil {
+			t.Fatalf("decode(%q) read a record of an unknown format", rec)
+		}
 	}
 }
 

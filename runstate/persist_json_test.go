@@ -155,3 +155,23 @@ func FuzzEventsAppendJSON(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkPersistedAppendJSON writes a run's snapshot as every persist
+// does (twice a model call), by hand (append) and through encoding/json
+// (marshal): the difference is what keeps the hand-written encoder.
+func BenchmarkPersistedAppendJSON(b *testing.B) {
+	p := fullPersisted("run-7f3a9c2e41d8", 12, time.Date(2027, 1, 15, 8, 0, 1, 500, time.UTC))
+	b.Run("append", func(b *testing.B) {
+		b.ReportAllocs()
+		buf := make([]byte, 0, 4096)
+		for b.Loop() {
+			buf = p.AppendJSON(buf[:0])
+		}
+	})
+	b.Run("marshal", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_, _ = json.Marshal(&p)
+		}
+	})
+}

@@ -60,3 +60,24 @@ func BenchmarkAppendEscaped(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkAppendUnescaped decodes the string bodies a history holds:
+// JSON tool output (an escaped quote every few bytes), source code (\n,
+// \t, some \"), prose without escapes, and text with \u escapes.
+func BenchmarkAppendUnescaped(b *testing.B) {
+	jsonOut, _ := json.Marshal(strings.Repeat(`{"order": "A-1001", "status": "shipped", "note": "left at \"door\""}`+"\n", 300))
+	for _, tc := range []struct{ desc, s string }{
+		{"json", string(jsonOut[1 : len(jsonOut)-1])},
+		{"code", strings.Repeat(`func f(x int) int {\n\treturn x * 2 // \"doubled\"\n}\n`, 400)},
+		{"prose", strings.Repeat("The quick brown fox jumps over the lazy dog. ", 500)},
+		{"unicode", strings.Repeat(`caf\u00e9 \ud83d\ude00 na\u00efve `, 400)},
+	} {
+		b.Run(tc.desc, func(b *testing.B) {
+			buf := make([]byte, 0, len(tc.s)+8)
+			b.SetBytes(int64(len(tc.s)))
+			for b.Loop() {
+				buf = AppendUnescaped(buf[:0], tc.s)
+			}
+		})
+	}
+}

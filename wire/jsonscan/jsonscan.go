@@ -1,16 +1,18 @@
-// Package jsonscan holds the byte-level JSON helpers that the provider
-// codecs share: finding the end of a value without decoding it, validating
-// in the same single pass, walking the members of an object or the elements
-// of an array, and the bound on nesting depth (MaxDepth) they all keep. It
-// owns no provider semantics.
+// Package jsonscan is the gateway's one JSON scanner, shared by the
+// provider codecs, loopguard's canonicaliser and contextmgr's readers:
+// finding the end of a value without decoding it, validating in the same
+// single pass, walking the members of an object or the elements of an
+// array, looking members up in validated text (Value, which reads as
+// gjson reads), decoding a string's body (AppendUnescaped, the one
+// decoder), writing a string or a float as encoding/json writes them, and
+// the bound on nesting depth (MaxDepth) they all keep. It owns no provider
+// semantics. Everything else in the gateway that reads or writes JSON goes
+// through encoding/json.
 package jsonscan
 
 import (
 	"math/bits"
-	"strconv"
 	"strings"
-	"unicode/utf16"
-	"unicode/utf8"
 )
 
 // SkipString returns the index after the string literal starting at s[i]
@@ -185,70 +187,4 @@ func SkipValue(s string, i int) int {
 		return -1
 	}
 	return j
-}
-
-// AppendUnescaped appends the JSON string body s (between the quotes)
-// decoded exactly as gjson decodes it — a control byte or a bad escape ends
-// the text, a lone surrogate stays as it is read, invalid hex reads as 0 —
-// so text decoded here and text read through gjson hash the same. It
-// appends into a reused buffer instead of allocating a string per value.
-func AppendUnescaped(dst []byte, s string) []byte {
-	for len(s) > 0 {
-		i := strings.IndexByte(s, '\\')
-		if i < 0 {
-			return appendPlain(dst, s)
-		}
-		dst = appendPlain(dst, s[:i])
-		if i+1 >= len(s) {
-			return dst
-		}
-		c := s[i+1]
-		s = s[i+2:]
-		switch c {
-		case '"', '\\', '/':
-			dst = append(dst, c)
-		case 'b':
-			dst = append(dst, '\b')
-		case 'f':
-			dst = append(dst, '\f')
-		case 'n':
-			dst = append(dst, '\n')
-		case 'r':
-			dst = append(dst, '\r')
-		case 't':
-			dst = append(dst, '\t')
-		case 'u':
-			if len(s) < 4 {
-				return dst
-			}
-			r := hex4(s)
-			s = s[4:]
-			if r >= 0xD800 && r < 0xDC00 && len(s) >= 6 && s[0] == '\\' && s[1] == 'u' {
-				if r2 := hex4(s[2:]); r2 >= 0xDC00 && r2 < 0xE000 {
-					r = utf16.DecodeRune(r, r2)
-					s = s[6:]
-				}
-			}
-			dst = utf8.AppendRune(dst, r)
-		default:
-			return dst
-		}
-	}
-	return dst
-}
-
-// appendPlain appends unescaped string bytes, stopping at a control byte as
-// gjson does (valid JSON has none).
-func appendPlain(dst []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if s[i] < ' ' {
-			return append(dst, s[:i]...)
-		}
-	}
-	return append(dst, s...)
-}
-
-func hex4(s string) rune {
-	n, _ := strconv.ParseUint(s[:4], 16, 32)
-	return rune(n)
 }

@@ -58,8 +58,13 @@ func FuzzAppendUnescaped(f *testing.F) {
 			if !gjson.Valid(lit) {
 				continue
 			}
-			if got, want := string(AppendUnescaped(nil, body)), gjson.Parse(lit).Str; got != want {
+			want := gjson.Parse(lit).Str
+			if got := string(AppendUnescaped(nil, body)); got != want {
 				t.Fatalf("AppendUnescaped(%q) = %q, gjson %q", body, got, want)
+			}
+			// Into a buffer the caller sized to the body, after what it holds.
+			if got := AppendUnescaped(append(make([]byte, 0, 3+len(body)), "pre"...), body); string(got) != "pre"+want {
+				t.Fatalf("AppendUnescaped(pre, %q) = %q, want pre%q", body, got, want)
 			}
 		}
 	})
@@ -68,4 +73,17 @@ func FuzzAppendUnescaped(f *testing.F) {
 func mustJSON(s string) []byte {
 	b, _ := json.Marshal(s)
 	return b
+}
+
+// A buffer sized to the body is room enough: decoding never lengthens.
+func TestAppendUnescapedInPlace(t *testing.T) {
+	body := strings.Repeat(`a tool's \"output\"\n\tcaf\u00e9 `, 40)
+	buf := make([]byte, 0, len(body))
+	out := AppendUnescaped(buf, body)
+	if &out[:1][0] != &buf[:1][0] {
+		t.Fatal("decoded into a new buffer, not the one of the body's size")
+	}
+	if want := gjson.Parse(`"` + body + `"`).Str; string(out) != want {
+		t.Fatalf("decoded %q, want %q", out, want)
+	}
 }

@@ -5,15 +5,18 @@ import (
 	"strings"
 
 	"github.com/haltline/haltline/wire"
-	"github.com/tidwall/gjson"
+	"github.com/haltline/haltline/wire/jsonscan"
 )
 
-// The gjson readers, for the shapes the fast readers leave alone: member
-// names with escapes, items that are not objects, content objects.
+// The slow readers, for the shapes the fast readers leave alone: member
+// names with escapes, items that are not objects, content objects. They
+// look members up through jsonscan.Value, which reads them as gjson does
+// (names compared decoded, the first of duplicates), as the request's
+// upstream reads them.
 
-// gjsonItem reads an item with gjson, for the shapes the fast readers
-// leave alone.
-func gjsonItem(api wire.API, g gjson.Result) item {
+// slowItem reads an item member by member, for the shapes the fast
+// readers leave alone.
+func slowItem(api wire.API, g jsonscan.Value) item {
 	switch api {
 	case wire.APIChat:
 		return chatItem(g)
@@ -24,24 +27,26 @@ func gjsonItem(api wire.API, g gjson.Result) item {
 	}
 }
 
-// parseConvSlow is the gjson reader, for bodies the reader leaves to it;
-// it weighs the items and the envelope apart, as scan would.
+// parseConvSlow is the slow reader, for bodies the reader leaves to it;
+// it weighs the items and the envelope apart, as scan would. The body is
+// read from a copy, as the texts it keeps must not change with it.
 func parseConvSlow(api wire.API, body []byte, c *conv) bool {
 	c.exact = false
+	root := jsonscan.Parse(string(body))
 	if api == wire.APIResponses {
-		c.noDrop = gjson.GetBytes(body, "previous_response_id").String() != ""
+		c.noDrop = root.Get("previous_response_id").String() != ""
 	}
-	list := gjson.GetBytes(body, c.listPath)
+	list := root.Get(c.listPath)
 	if !list.IsArray() {
 		return false
 	}
-	if list.Index > 0 && list.Index+len(list.Raw) <= len(body) {
-		c.listStart, c.listEnd = list.Index, list.Index+len(list.Raw)
+	if list.At > 0 && list.At+len(list.Raw) <= len(body) {
+		c.listStart, c.listEnd = list.At, list.At+len(list.Raw)
 	}
 	cheap := api != wire.APIMessages
 	var itemsW int64
-	list.ForEach(func(_, v gjson.Result) bool {
-		it := gjsonItem(api, v)
+	list.ForEach(func(_ string, _ int, v jsonscan.Value) bool {
+		it := slowItem(api, v)
 		it.raw = rawOf(body, v)
 		it.w, it.tools = scan(it.raw, cheap)
 		itemsW += it.w
@@ -60,11 +65,11 @@ func parseConvSlow(api wire.API, body []byte, c *conv) bool {
 	return true
 }
 
-// rawOf returns v's bytes, aliasing body when gjson located them there. The
+// rawOf returns v's bytes, aliasing body where they were read from. The
 // slice is only ever read.
-func rawOf(body []byte, v gjson.Result) []byte {
-	if v.Index > 0 && v.Index+len(v.Raw) <= len(body) && string(body[v.Index:v.Index+len(v.Raw)]) == v.Raw {
-		return body[v.Index : v.Index+len(v.Raw) : v.Index+len(v.Raw)]
+func rawOf(body []byte, v jsonscan.Value) []byte {
+	if v.At > 0 && v.At+len(v.Raw) <= len(body) && string(body[v.At:v.At+len(v.Raw)]) == v.Raw {
+		return body[v.At : v.At+len(v.Raw) : v.At+len(v.Raw)]
 	}
 	return []byte(v.Raw)
 }
@@ -72,16 +77,16 @@ func rawOf(body []byte, v gjson.Result) []byte {
 // contentText joins the text of a content value: a string, or an array of
 // parts/blocks with a "text" member. plain is false when the array holds
 // anything but text (an image, a document), so that cutting leaves it be.
-func contentText(v gjson.Result) (text string, plain bool) {
+func contentText(v jsonscan.Value) (text string, plain bool) {
 	switch {
-	case v.Type == gjson.String:
+	case v.IsString():
 		return v.String(), true
 	case v.IsArray():
 		var b strings.Builder
 		plain = true
-		v.ForEach(func(_, p gjson.Result) bool {
+		v.ForEach(func(_ string, _ int, p jsonscan.Value) bool {
 			t := p.Get("text")
-			if t.Type != gjson.String {
+			if !t.IsString() {
 				plain = false
 				return true
 			}
@@ -96,15 +101,15 @@ func contentText(v gjson.Result) (text string, plain bool) {
 	return "", false
 }
 
-// fields reads the members of an object in one pass: gjson's Get would
-// rescan a large item once per member.
+// fields reads the members of an object in one pass: a Get per member
+// would rescan a large item once each.
 type fields struct {
-	role, typ, content, toolCalls, functionCall, toolCallID, name, callID, output, arguments, input gjson.Result
+	role, typ, content, toolCalls, functionCall, toolCallID, name, callID, output, arguments, input jsonscan.Value
 }
 
-func readFields(v gjson.Result) (f fields) {
-	v.ForEach(func(k, x gjson.Result) bool {
-		switch k.Str {
+func readFields(v jsonscan.Value) (f fields) {
+	v.ForEach(func(k string, _ int, x jsonscan.Value) bool {
+		switch k {
 		case "role":
 			f.role = x
 		case "type":
@@ -133,7 +138,7 @@ func readFields(v gjson.Result) (f fields) {
 	return f
 }
 
-func chatItem(v gjson.Result) item {
+func chatItem(v jsonscan.Value) item {
 	f := readFields(v)
 	role := f.role.String()
 	it := item{role: role}
@@ -145,7 +150,7 @@ func chatItem(v gjson.Result) item {
 		it.kind, it.text = kindUser, text
 	case "assistant":
 		it.kind, it.text = kindAssistant, text
-		f.toolCalls.ForEach(func(_, tc gjson.Result) bool {
+		f.toolCalls.ForEach(func(_ string, _ int, tc jsonscan.Value) bool {
 			it.calls = append(it.calls, call{
 				id:   tc.Get("id").String(),
 				name: tc.Get("function.name").String(),
@@ -176,7 +181,7 @@ func chatItem(v gjson.Result) item {
 	return it
 }
 
-func responsesItem(v gjson.Result) item {
+func responsesItem(v jsonscan.Value) item {
 	f := readFields(v)
 	typ := f.typ.String()
 	role := f.role.String()
@@ -216,7 +221,7 @@ func responsesItem(v gjson.Result) item {
 	return it
 }
 
-func anthropicItem(v gjson.Result) item {
+func anthropicItem(v jsonscan.Value) item {
 	f := readFields(v)
 	role := f.role.String()
 	it := item{role: role}
@@ -231,10 +236,10 @@ func anthropicItem(v gjson.Result) item {
 		}
 		text.WriteString(s)
 	}
-	if content.Type == gjson.String {
+	if content.IsString() {
 		add(content.String())
 	}
-	content.ForEach(func(k, b gjson.Result) bool {
+	content.ForEach(func(_ string, k int, b jsonscan.Value) bool {
 		bf := readBlock(b)
 		switch bf.typ.String() {
 		case "text":
@@ -245,7 +250,7 @@ func anthropicItem(v gjson.Result) item {
 			t, plain := contentText(bf.content)
 			r := result{id: bf.toolUseID.String(), text: t}
 			if plain {
-				r.path = "content." + strconv.Itoa(int(k.Int())) + ".content"
+				r.path = "content." + strconv.Itoa(k) + ".content"
 			}
 			it.results = append(it.results, r)
 		}
@@ -266,12 +271,12 @@ func anthropicItem(v gjson.Result) item {
 }
 
 type blockFields struct {
-	typ, text, id, name, input, toolUseID, content gjson.Result
+	typ, text, id, name, input, toolUseID, content jsonscan.Value
 }
 
-func readBlock(b gjson.Result) (f blockFields) {
-	b.ForEach(func(k, x gjson.Result) bool {
-		switch k.Str {
+func readBlock(b jsonscan.Value) (f blockFields) {
+	b.ForEach(func(k string, _ int, x jsonscan.Value) bool {
+		switch k {
 		case "type":
 			f.typ = x
 		case "text":
