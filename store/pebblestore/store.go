@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/haltline/haltline/store"
@@ -44,6 +45,13 @@ type Store struct {
 	key []byte // the commit's key buffer: commits are serial
 
 	recovered bool
+}
+
+// Wrote reports whether dir holds a Pebble database: Pebble keeps its
+// manifest there.
+func Wrote(dir string) bool {
+	m, _ := filepath.Glob(filepath.Join(dir, "MANIFEST-*"))
+	return len(m) > 0
 }
 
 // openMarker is written when the store opens and deleted when it closes:
