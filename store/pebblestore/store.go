@@ -241,6 +241,10 @@ func successor(p []byte) []byte {
 	return end
 }
 
+// Flush writes the memtable to a table, as Pebble does once it fills:
+// for benchmarks and tools that want the store as it is after that.
+func (s *Store) Flush() error { return s.db.Flush() }
+
 // Healthy implements store.Store.
 func (s *Store) Healthy() error {
 	if s.Closed() {
