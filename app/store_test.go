@@ -131,11 +131,15 @@ func TestStoreEngines(t *testing.T) {
 		if recovered(st) {
 			t.Fatalf("%s: a new store says it recovered", engine)
 		}
+
 		killed := filepath.Join(t.TempDir(), "data")
 		if err := os.CopyFS(killed, os.DirFS(dir)); err != nil {
 			t.Fatal(err)
 		}
 		st.Close()
+		if out, err := storeCLI(t, "check", "--data-dir", dir); err != nil || !strings.Contains(out, "runs          1 records") && engine == "pebble" {
+			t.Fatalf("%s: store check: %v\n%s", engine, err, out)
+		}
 		st, _, _, err = openStore(config.Store{DataDir: killed, Engine: engine}, log)
 		if err != nil {
 			t.Fatalf("%s: %v", engine, err)

@@ -14,5 +14,5 @@
 //
 // Damage is Pebble's to find: opening replays its log, dropping a torn
 // tail of the newest log file (the one write a crash can interrupt)
-// silently, and fails with pebble.ErrCorruption on anything else.
+// silently, and fails with an error pebble.IsCorruptionError knows on anything else.
 package pebblestore

@@ -69,7 +69,7 @@ var prefixes = func() map[store.Bucket]byte {
 
 // Open opens (or creates) the Pebble database in dir. Pebble replays its
 // log: a torn tail of the newest log file is dropped, other damage fails
-// the open (errors.Is(err, pebble.ErrCorruption)).
+// the open (pebble.IsCorruptionError(err)).
 func Open(dir string, opts Options) (*Store, error) {
 	opts.defaults()
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -77,12 +77,23 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	cache := pebble.NewCache(opts.CacheBytes)
 	defer cache.Unref() // the database holds its own reference
-	db, err := pebble.Open(dir, &pebble.Options{
+	po := &pebble.Options{
 		Cache:              cache,
 		MemTableSize:       opts.MemTableBytes,
 		FormatMajorVersion: pebble.FormatNewest,
 		Logger:             slogger{opts.Logger},
-	})
+	}
+	created := !Wrote(dir)
+	db, err := pebble.Open(dir, po)
+	if err == nil && created {
+		// A new database's first log is begun before its format allows
+		// the log's records that tell damage from a torn tail: with it,
+		// damage anywhere in the log would be taken for a torn tail and
+		// every commit after it dropped without a word. Its second is not.
+		if err = db.Close(); err == nil {
+			db, err = pebble.Open(dir, po)
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
