@@ -14,5 +14,9 @@
 //
 // Damage is Pebble's to find: opening replays its log, dropping a torn
 // tail of the newest log file (the one write a crash can interrupt)
-// silently, and fails with an error pebble.IsCorruptionError knows on anything else.
+// without a warning, and fails with an error pebble.IsCorruptionError
+// knows on damage a later record of the log shows to be damage. Damage in
+// the newest log's last block has no later record to show it, and is
+// taken for a torn tail. Check reads a store without changing it; Pebble
+// has no repair.
 package pebblestore
