@@ -57,9 +57,25 @@ type process struct {
 	stderr      *syncBuffer // read while the process writes it
 }
 
-func startBinary(t *testing.T, bin, upstream, dataDir string) *process {
+func startBinary(t *testing.T, bin, upstream, dataDir string, args ...string) *process {
 	t.Helper()
-	return launch(t, bin, noProviderEnv, "--openai-base-url", upstream, "--anthropic-base-url", upstream, "--data-dir", dataDir)
+	return launch(t, bin, noProviderEnv, append([]string{"--openai-base-url", upstream, "--anthropic-base-url", upstream, "--data-dir", dataDir}, args...)...)
+}
+
+// engines are the embedded store's engines: the tests of a kill and a
+// restart run on each, from one build of the binary.
+var engines = []string{"bolt", "pebble"}
+
+// eachEngine runs test on each engine, the binary's flags choosing it.
+func eachEngine(t *testing.T, test func(t *testing.T, bin string, flags ...string)) {
+	t.Parallel()
+	bin := buildGateway(t)
+	for _, e := range engines {
+		t.Run(e, func(t *testing.T) {
+			t.Parallel()
+			test(t, bin, "--store-engine", e)
+		})
+	}
 }
 
 // noProviderEnv keeps the test machine's provider settings from the binary.
@@ -153,13 +169,13 @@ func answerTools(msgs []openai.ChatCompletionMessageParamUnion, msg openai.ChatC
 // The real binary takes a run three steps, dies by SIGKILL, restarts on the
 // same data dir: the run's counters go on from 3, its budget is not reset,
 // and a call without run headers still continues it by lineage.
-func TestRestartKeepsRuns(t *testing.T) {
-	t.Parallel()
-	bin := buildGateway(t)
+func TestRestartKeepsRuns(t *testing.T) { eachEngine(t, restartKeepsRuns) }
+
+func restartKeepsRuns(t *testing.T, bin string, flags ...string) {
 	m := &toolLoop{finalAfter: 1000, in: 300, out: 20}
 	up := newUpstream(t, m.serve)
 	dir := t.TempDir()
-	p := startBinary(t, bin, up.URL, dir)
+	p := startBinary(t, bin, up.URL, dir, flags...)
 
 	msgs := []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Read the report.")}
 	step := func(base string) (string, openai.ChatCompletionMessage) {
@@ -179,7 +195,7 @@ func TestRestartKeepsRuns(t *testing.T) {
 	}
 	_ = p.cmd.Wait()
 
-	p2 := startBinary(t, bin, up.URL, dir)
+	p2 := startBinary(t, bin, up.URL, dir, flags...)
 	var rec runstate.Record
 	getJSON(t, "http://"+p2.admin+"/api/v1/runs/"+runID, &rec)
 	if rec.AgentSteps != 3 || rec.ModelCalls != 3 || rec.InputTokens != 900 || rec.MaxSteps != 6 {
@@ -208,7 +224,7 @@ func TestRestartKeepsRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = p2.cmd.Wait()
-	p3 := startBinary(t, bin, up.URL, dir)
+	p3 := startBinary(t, bin, up.URL, dir, flags...)
 	getJSON(t, "http://"+p3.admin+"/api/v1/runs/"+runID, &rec)
 	if rec.AgentSteps != 6 || rec.Status != runstate.CompletedWithDegradation {
 		t.Fatalf("ended run after the second restart: %+v", rec)
@@ -253,8 +269,10 @@ func TestCallsGoOnWhenTheLogIsNotRead(t *testing.T) {
 // and the run records it; the run's record says three steps, its next
 // call is step 4, and the budget left is what four completed calls leave.
 func TestRestartReleasesTheHoldsOfCallsInFlight(t *testing.T) {
-	t.Parallel()
-	bin := buildGateway(t)
+	eachEngine(t, restartReleasesTheHoldsOfCallsInFlight)
+}
+
+func restartReleasesTheHoldsOfCallsInFlight(t *testing.T, bin string, flags ...string) {
 	m := &toolLoop{finalAfter: 1000, in: 300, out: 20}
 	var hang atomic.Bool
 	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request, body []byte) {
@@ -265,7 +283,7 @@ func TestRestartReleasesTheHoldsOfCallsInFlight(t *testing.T) {
 		m.serve(w, r, body)
 	})
 	dir := t.TempDir()
-	p := startBinary(t, bin, up.URL, dir)
+	p := startBinary(t, bin, up.URL, dir, flags...)
 
 	const runID = "r-cut-short"
 	msgs := []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Read the report.")}
@@ -310,7 +328,7 @@ func TestRestartReleasesTheHoldsOfCallsInFlight(t *testing.T) {
 	inflight.Wait()
 	hang.Store(false)
 
-	p2 := startBinary(t, bin, up.URL, dir)
+	p2 := startBinary(t, bin, up.URL, dir, flags...)
 	var rec runstate.Record
 	getJSON(t, "http://"+p2.admin+"/api/v1/runs/"+runID, &rec)
 	if rec.AgentSteps != 3 {
