@@ -1,7 +1,6 @@
 package app
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,8 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"slices"
 	"time"
 
@@ -27,7 +24,6 @@ import (
 	"github.com/haltline/haltline/policy"
 	"github.com/haltline/haltline/proxy"
 	"github.com/haltline/haltline/store"
-	"github.com/haltline/haltline/store/pebblestore"
 	"github.com/haltline/haltline/store/redisstore"
 	"github.com/haltline/haltline/telemetry"
 )
@@ -256,49 +252,22 @@ func openStore(c config.Store, log *slog.Logger) (store.Store, accounting.Book, 
 		book := redisbook.New(st.Client(), c.RedisPrefix)
 		return st, book, redisbook.RunLock[store.Op]{Locker: st, Book: book}, nil
 	}
-	if err := engineOfDir(c.DataDir, c.Engine); err != nil {
+	sync, err := store.ParseSync(c.Sync)
+	if err != nil {
 		return nil, nil, nil, err
 	}
-	var st store.Store
-	if c.Engine == "pebble" {
-		p, err := pebblestore.Open(c.DataDir, pebblestore.Options{Logger: log})
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		st = p
-	} else {
-		sync, err := store.ParseSync(c.Sync)
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		b, err := store.OpenBoltWith(c.DataDir, store.BoltOptions{Sync: sync, SyncEvery: c.SyncInterval, Logger: log})
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		st = b
+	st, err := store.OpenBoltWith(c.DataDir, store.BoltOptions{Sync: sync, SyncEvery: c.SyncInterval, Logger: log})
+	if err != nil {
+		return nil, nil, nil, err
 	}
 	return decomposeStore(st), accounting.NewMemBook(), nil, nil
 }
 
-// engineOfDir refuses a data directory another engine wrote: opened by
-// this one, it would look empty, every run and budget gone.
-func engineOfDir(dir, engine string) error {
-	other, wrote := "pebble", pebblestore.Wrote(dir)
-	if engine == "pebble" {
-		_, err := os.Stat(filepath.Join(dir, store.BoltFile))
-		other, wrote = "bolt", err == nil
-	}
-	if wrote {
-		return fmt.Errorf("store: %s holds a store of the %s engine, not of %s: set store.engine: %s", dir, other, cmp.Or(engine, "bolt"), other)
-	}
-	return nil
-}
-
-// recovered reports whether the embedded store was left open by its last
-// process (it crashed); Redis has no such thing.
+// recovered reports whether the embedded store replayed a log its last
+// process left (it crashed); Redis has no such log.
 func recovered(st store.Store) bool {
-	r, ok := st.(interface{ Recovered() bool })
-	return ok && r.Recovered()
+	b, ok := st.(*store.Bolt)
+	return ok && b.Recovered()
 }
 
 // sweepEvery is the period of the pipeline's sweeper: ended runs leave

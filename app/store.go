@@ -7,7 +7,6 @@ import (
 
 	"github.com/haltline/haltline/config"
 	"github.com/haltline/haltline/store"
-	"github.com/haltline/haltline/store/pebblestore"
 )
 
 const storeUsage = `Usage:
@@ -19,11 +18,6 @@ const storeUsage = `Usage:
         and newer segments are set aside (each kept as NAME.damaged-TIME),
         a damaged bbolt meta page is rewritten from the other; says what
         it dropped
-
-On a directory of the pebble engine (store.engine: pebble), check opens
-it read only (Pebble replays its log, dropping a torn tail) and reads
-every key, checksums and order checked; Pebble has no repair: a store it
-finds damaged comes from a backup, or goes aside for an empty one.
 
 The gateway must not be running on the directory. DIR defaults to the
 configuration's store.data_dir (` + "`./haltline-data`" + ` without one).
@@ -61,9 +55,6 @@ func storeCommand(args []string, stdout, stderr io.Writer) error {
 	if *dataDir != "" {
 		dir = *dataDir
 	}
-	if pebblestore.Wrote(dir) {
-		return checkPebble(verb, dir, stdout)
-	}
 	if verb == "repair" {
 		done, err := store.Repair(dir)
 		if done != nil {
@@ -86,21 +77,6 @@ func storeCommand(args []string, stdout, stderr io.Writer) error {
 	if !rep.Whole() {
 		return fmt.Errorf("the store in %s is damaged: it will not open; `gateway store repair --data-dir %s` keeps what is whole", dir, dir)
 	}
-	fmt.Fprintf(stdout, "%s: the store opens\n", dir)
-	return nil
-}
-
-// checkPebble is `gateway store check|repair` on a directory of the
-// pebble engine.
-func checkPebble(verb, dir string, stdout io.Writer) error {
-	if verb == "repair" {
-		return fmt.Errorf("%s holds a store of the pebble engine, which has no repair: `gateway store check --data-dir %s` says whether it opens; a damaged one comes from a backup, or goes aside for an empty one", dir, dir)
-	}
-	rep, err := pebblestore.Check(dir)
-	if err != nil {
-		return fmt.Errorf("the store in %s is damaged: it will not open: %w", dir, err)
-	}
-	rep.Write(stdout)
 	fmt.Fprintf(stdout, "%s: the store opens\n", dir)
 	return nil
 }

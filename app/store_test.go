@@ -3,7 +3,6 @@ package app
 import (
 	"bytes"
 	"context"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -110,47 +109,5 @@ func TestStoreCheckAndRepair(t *testing.T) {
 	defer cancel()
 	if err := g.Close(ctx); err != nil {
 		t.Fatal(err)
-	}
-}
-
-// Each engine opens its own directory, says whether it was left open by a
-// killed process, and refuses one the other engine wrote: opened, it would
-// look empty, every run and budget gone.
-func TestStoreEngines(t *testing.T) {
-	t.Parallel()
-	log := slog.New(slog.DiscardHandler)
-	for _, engine := range []string{"bolt", "pebble"} {
-		dir := t.TempDir()
-		st, _, _, err := openStore(config.Store{DataDir: dir, Engine: engine}, log)
-		if err != nil {
-			t.Fatalf("%s: %v", engine, err)
-		}
-		if err := <-st.Apply([]store.Op{{Bucket: store.Runs, Key: []byte("r"), Value: []byte("run")}}); err != nil {
-			t.Fatal(err)
-		}
-		if recovered(st) {
-			t.Fatalf("%s: a new store says it recovered", engine)
-		}
-
-		killed := filepath.Join(t.TempDir(), "data")
-		if err := os.CopyFS(killed, os.DirFS(dir)); err != nil {
-			t.Fatal(err)
-		}
-		st.Close()
-		if out, err := storeCLI(t, "check", "--data-dir", dir); err != nil || !strings.Contains(out, "runs          1 records") && engine == "pebble" {
-			t.Fatalf("%s: store check: %v\n%s", engine, err, out)
-		}
-		st, _, _, err = openStore(config.Store{DataDir: killed, Engine: engine}, log)
-		if err != nil {
-			t.Fatalf("%s: %v", engine, err)
-		}
-		if v, _ := st.Get(store.Runs, []byte("r")); !recovered(st) || string(v) != "run" {
-			t.Fatalf("%s after a kill: recovered %v, run %q", engine, recovered(st), v)
-		}
-		st.Close()
-		other := map[string]string{"bolt": "pebble", "pebble": "bolt"}[engine]
-		if _, _, _, err := openStore(config.Store{DataDir: dir, Engine: other}, log); err == nil || !strings.Contains(err.Error(), "set store.engine: "+engine) {
-			t.Fatalf("%s's directory opened as %s: %v", engine, other, err)
-		}
 	}
 }

@@ -129,13 +129,8 @@ type Principal struct {
 
 // Store selects the persistence backend.
 type Store struct {
-	// DataDir holds the embedded store's files.
+	// DataDir holds the embedded store's bbolt file.
 	DataDir string `yaml:"data_dir"`
-	// Engine is the embedded store's engine: "bolt" (default: a log of its
-	// own in front of a bbolt file) or "pebble" (a log-structured engine;
-	// every commit waits for an fsync, whatever Sync says). A directory
-	// written by one does not open with the other.
-	Engine string `yaml:"engine"`
 	// RedisURL selects the shared Redis store for several replicas.
 	RedisURL string `yaml:"redis_url"`
 	// RedisPrefix prefixes every Redis key (default "haltline:"), so that
@@ -221,7 +216,7 @@ func Default() Config {
 			OpenAI:    Provider{BaseURL: "https://api.openai.com", APIKeyEnv: "OPENAI_API_KEY"},
 			Anthropic: Provider{BaseURL: "https://api.anthropic.com", APIKeyEnv: "ANTHROPIC_API_KEY"},
 		},
-		Store: Store{DataDir: "./haltline-data", Engine: "bolt", Sync: "interval", SyncInterval: 100 * time.Millisecond, Retention: 720 * time.Hour},
+		Store: Store{DataDir: "./haltline-data", Sync: "interval", SyncInterval: 100 * time.Millisecond, Retention: 720 * time.Hour},
 		Limits: Limits{
 			MaxBodyBytes:         32 << 20,
 			MaxBodyBytesInFlight: 256 << 20,
@@ -354,9 +349,6 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("store.redis_url: not a redis:// URL"))
 		}
 	}
-	if c.Store.Engine != "" && c.Store.Engine != "bolt" && c.Store.Engine != "pebble" {
-		errs = append(errs, fmt.Errorf("store.engine: %q is not bolt or pebble", c.Store.Engine))
-	}
 	if _, err := store.ParseSync(c.Store.Sync); err != nil {
 		errs = append(errs, fmt.Errorf("store.sync: %w", err))
 	}
@@ -437,7 +429,6 @@ var serveFlagNames = []struct{ name, usage string }{
 	{"prices", "price catalog file"},
 	{"data-dir", "embedded store directory"},
 	{"redis-url", "Redis URL for the shared store"},
-	{"store-engine", "the embedded store's engine: bolt (default) or pebble"},
 	{"store-sync", "when the embedded store acknowledges a write: interval (default) or always (fsync first)"},
 }
 
@@ -476,7 +467,6 @@ func (f *ServeFlags) Build(getenv func(string) string) (Config, error) {
 	apply("prices", &c.Prices)
 	apply("data-dir", &c.Store.DataDir)
 	apply("redis-url", &c.Store.RedisURL)
-	apply("store-engine", &c.Store.Engine)
 	apply("store-sync", &c.Store.Sync)
 	for _, p := range []*Provider{&c.Providers.OpenAI, &c.Providers.Anthropic} {
 		p.BaseURL = strings.TrimSuffix(strings.TrimRight(p.BaseURL, "/"), "/v1")

@@ -103,7 +103,6 @@ func TestValidateReportsEverything(t *testing.T) {
 	c.Tools = map[string]HTTPTool{"t": {URL: "http://127.0.0.1:1", Level: "L9"}}
 	c.VirtualKeys = map[string]Principal{"sk-secret-key": {}}
 	c.Store.Sync = "sometimes"
-	c.Store.Engine = "rocks"
 	c.Store.SyncInterval = -time.Second
 	c.Store.Retention = 10 * time.Minute
 	c.Admin.AllowedHosts = []string{"http://haltline.internal/"}
@@ -115,7 +114,7 @@ func TestValidateReportsEverything(t *testing.T) {
 	if err == nil {
 		t.Fatal("want errors")
 	}
-	for _, want := range []string{"listen", "providers.openai.base_url", "tools.t", "virtual_keys.sk-sec", "store.engine:", "store.sync:", "store.sync_interval", "store.retention",
+	for _, want := range []string{"listen", "providers.openai.base_url", "tools.t", "virtual_keys.sk-sec", "store.sync:", "store.sync_interval", "store.retention",
 		"admin.allowed_hosts", `admin.allowed_origins: "console.example"`, `admin.allowed_origins: "https://console.example/ui/"`,
 		"limits.max_connections:", "limits.header_timeout", "limits.max_drain_bytes"} {
 		if !strings.Contains(err.Error(), want) {

@@ -57,25 +57,9 @@ type process struct {
 	stderr      *syncBuffer // read while the process writes it
 }
 
-func startBinary(t *testing.T, bin, upstream, dataDir string, args ...string) *process {
+func startBinary(t *testing.T, bin, upstream, dataDir string) *process {
 	t.Helper()
-	return launch(t, bin, noProviderEnv, append([]string{"--openai-base-url", upstream, "--anthropic-base-url", upstream, "--data-dir", dataDir}, args...)...)
-}
-
-// engines are the embedded store's engines: the tests of a kill and a
-// restart run on each, from one build of the binary.
-var engines = []string{"bolt", "pebble"}
-
-// eachEngine runs test on each engine, the binary's flags choosing it.
-func eachEngine(t *testing.T, test func(t *testing.T, bin string, flags ...string)) {
-	t.Parallel()
-	bin := buildGateway(t)
-	for _, e := range engines {
-		t.Run(e, func(t *testing.T) {
-			t.Parallel()
-			test(t, bin, "--store-engine", e)
-		})
-	}
+	return launch(t, bin, noProviderEnv, "--openai-base-url", upstream, "--anthropic-base-url", upstream, "--data-dir", dataDir)
 }
 
 // noProviderEnv keeps the test machine's provider settings from the binary.
@@ -169,13 +153,13 @@ func answerTools(msgs []openai.ChatCompletionMessageParamUnion, msg openai.ChatC
 // The real binary takes a run three steps, dies by SIGKILL, restarts on the
 // same data dir: the run's counters go on from 3, its budget is not reset,
 // and a call without run headers still continues it by lineage.
-func TestRestartKeepsRuns(t *testing.T) { eachEngine(t, restartKeepsRuns) }
-
-func restartKeepsRuns(t *testing.T, bin string, flags ...string) {
+func TestRestartKeepsRuns(t *testing.T) {
+	t.Parallel()
+	bin := buildGateway(t)
 	m := &toolLoop{finalAfter: 1000, in: 300, out: 20}
 	up := newUpstream(t, m.serve)
 	dir := t.TempDir()
-	p := startBinary(t, bin, up.URL, dir, flags...)
+	p := startBinary(t, bin, up.URL, dir)
 
 	msgs := []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Read the report.")}
 	step := func(base string) (string, openai.ChatCompletionMessage) {
@@ -195,7 +179,7 @@ func restartKeepsRuns(t *testing.T, bin string, flags ...string) {
 	}
 	_ = p.cmd.Wait()
 
-	p2 := startBinary(t, bin, up.URL, dir, flags...)
+	p2 := startBinary(t, bin, up.URL, dir)
 	var rec runstate.Record
 	getJSON(t, "http://"+p2.admin+"/api/v1/runs/"+runID, &rec)
 	if rec.AgentSteps != 3 || rec.ModelCalls != 3 || rec.InputTokens != 900 || rec.MaxSteps != 6 {
@@ -224,7 +208,7 @@ func restartKeepsRuns(t *testing.T, bin string, flags ...string) {
 		t.Fatal(err)
 	}
 	_ = p2.cmd.Wait()
-	p3 := startBinary(t, bin, up.URL, dir, flags...)
+	p3 := startBinary(t, bin, up.URL, dir)
 	getJSON(t, "http://"+p3.admin+"/api/v1/runs/"+runID, &rec)
 	if rec.AgentSteps != 6 || rec.Status != runstate.CompletedWithDegradation {
 		t.Fatalf("ended run after the second restart: %+v", rec)
@@ -269,10 +253,8 @@ func TestCallsGoOnWhenTheLogIsNotRead(t *testing.T) {
 // and the run records it; the run's record says three steps, its next
 // call is step 4, and the budget left is what four completed calls leave.
 func TestRestartReleasesTheHoldsOfCallsInFlight(t *testing.T) {
-	eachEngine(t, restartReleasesTheHoldsOfCallsInFlight)
-}
-
-func restartReleasesTheHoldsOfCallsInFlight(t *testing.T, bin string, flags ...string) {
+	t.Parallel()
+	bin := buildGateway(t)
 	m := &toolLoop{finalAfter: 1000, in: 300, out: 20}
 	var hang atomic.Bool
 	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request, body []byte) {
@@ -283,7 +265,7 @@ func restartReleasesTheHoldsOfCallsInFlight(t *testing.T, bin string, flags ...s
 		m.serve(w, r, body)
 	})
 	dir := t.TempDir()
-	p := startBinary(t, bin, up.URL, dir, flags...)
+	p := startBinary(t, bin, up.URL, dir)
 
 	const runID = "r-cut-short"
 	msgs := []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Read the report.")}
@@ -328,7 +310,7 @@ func restartReleasesTheHoldsOfCallsInFlight(t *testing.T, bin string, flags ...s
 	inflight.Wait()
 	hang.Store(false)
 
-	p2 := startBinary(t, bin, up.URL, dir, flags...)
+	p2 := startBinary(t, bin, up.URL, dir)
 	var rec runstate.Record
 	getJSON(t, "http://"+p2.admin+"/api/v1/runs/"+runID, &rec)
 	if rec.AgentSteps != 3 {

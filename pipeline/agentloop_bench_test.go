@@ -18,7 +18,6 @@ import (
 	"github.com/haltline/haltline/pipeline"
 	"github.com/haltline/haltline/policy"
 	"github.com/haltline/haltline/store"
-	"github.com/haltline/haltline/store/pebblestore"
 	"github.com/haltline/haltline/wire/openai"
 )
 
@@ -381,64 +380,35 @@ func threadCPU() time.Duration {
 // left by a process killed 4,000 harness calls after its last checkpoint
 // (2 s at 2,000 calls/s), over a file holding 16,000 calls: the log's
 // replay into bbolt, then the new log. Each iteration opens a copy of the
-// directory taken while the store was open, as a kill leaves it. pebble:
-// the same on Pebble, its memtable flushed where bbolt's log is
-// checkpointed, its log replayed into a memtable at the open.
+// directory taken while the store was open, as a kill leaves it.
 func BenchmarkReopenAfterCrash(b *testing.B) {
-	for _, engine := range engines {
-		b.Run(engine.name, func(b *testing.B) {
-			dir := b.TempDir()
-			st, checkpoint := engine.open(b, dir)
-			call := harnessCalls(b, pipelineOver(b, st))
-			for range 16_000 {
-				call()
-			}
-			if err := checkpoint(); err != nil {
-				b.Fatal(err)
-			}
-			for range 4_000 {
-				call()
-			}
-			for b.Loop() {
-				b.StopTimer()
-				crashed := filepath.Join(b.TempDir(), "data")
-				if err := os.CopyFS(crashed, os.DirFS(dir)); err != nil {
-					b.Fatal(err)
-				}
-				b.StartTimer()
-				reopened, _ := engine.open(b, crashed)
-				b.StopTimer()
-				reopened.Close()
-				b.StartTimer()
-			}
-		})
+	dir := b.TempDir()
+	p, st := persistedPipelineIn(b, dir, store.BoltOptions{CheckpointEvery: time.Hour, CheckpointOps: 1 << 30})
+	call := harnessCalls(b, p)
+	for range 16_000 {
+		call()
 	}
-}
-
-// engines are the embedded store's engines, each opened (closed at the
-// test's end) with checkpoints left to the benchmark: open returns the
-// store and what moves its log into its files (bbolt's checkpoint,
-// Pebble's flush).
-var engines = []struct {
-	name string
-	open func(b *testing.B, dir string) (store.Store, func() error)
-}{
-	{"bolt", func(b *testing.B, dir string) (store.Store, func() error) {
-		st, err := store.OpenBoltWith(dir, store.BoltOptions{CheckpointEvery: time.Hour, CheckpointOps: 1 << 30})
+	if err := st.Checkpoint(); err != nil {
+		b.Fatal(err)
+	}
+	for range 4_000 {
+		call()
+	}
+	for b.Loop() {
+		b.StopTimer()
+		crashed := filepath.Join(b.TempDir(), "data")
+		if err := os.CopyFS(crashed, os.DirFS(dir)); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		reopened, err := store.OpenBolt(crashed)
 		if err != nil {
 			b.Fatal(err)
 		}
-		b.Cleanup(func() { st.Close() })
-		return st, st.Checkpoint
-	}},
-	{"pebble", func(b *testing.B, dir string) (store.Store, func() error) {
-		st, err := pebblestore.Open(dir, pebblestore.Options{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { st.Close() })
-		return st, st.Flush
-	}},
+		b.StopTimer()
+		reopened.Close()
+		b.StartTimer()
+	}
 }
 
 // BenchmarkRestoreAfterLoad is the restore a restart with the embedded
@@ -453,16 +423,9 @@ var engines = []struct {
 // them; unlisted: the first restart of a store written before the list
 // was kept, which reads every snapshot and writes the list.
 func BenchmarkRestoreAfterLoad(b *testing.B) {
-	for _, engine := range engines {
-		b.Run(engine.name, func(b *testing.B) { restoreAfterLoad(b, engine.open) })
-	}
-}
-
-func restoreAfterLoad(b *testing.B, open func(b *testing.B, dir string) (store.Store, func() error)) {
 	const slots, steps, gens = 1024, 4, 21
 	dir := b.TempDir()
-	st, checkpoint := open(b, dir)
-	p := pipelineOver(b, st)
+	p, st := persistedPipelineIn(b, dir, store.BoltOptions{CheckpointEvery: time.Hour, CheckpointOps: 1 << 30})
 	ctx := context.Background()
 	unfinished := 0
 	for gen := range gens {
@@ -482,7 +445,7 @@ func restoreAfterLoad(b *testing.B, open func(b *testing.B, dir string) (store.S
 		unfinished += (slots + 2) / 3
 	}
 	p.SaveUnsaved()
-	if err := checkpoint(); err != nil {
+	if err := st.Checkpoint(); err != nil {
 		b.Fatal(err)
 	}
 	st.Close()
@@ -491,7 +454,10 @@ func restoreAfterLoad(b *testing.B, open func(b *testing.B, dir string) (store.S
 		b.Fatal(err)
 	}
 	// A first restart completes the list.
-	first, _ := open(b, dir)
+	first, err := store.OpenBolt(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
 	if _, err := pipeline.New(pipeline.Options{Policy: pol, Store: first}).Restore(ctx); err != nil {
 		b.Fatal(err)
 	}
@@ -500,7 +466,10 @@ func restoreAfterLoad(b *testing.B, open func(b *testing.B, dir string) (store.S
 		b.Run(map[bool]string{true: "listed", false: "unlisted"}[listed], func(b *testing.B) {
 			for b.Loop() {
 				b.StopTimer()
-				reopened, _ := open(b, dir)
+				reopened, err := store.OpenBolt(dir)
+				if err != nil {
+					b.Fatal(err)
+				}
 				// The list: complete, or gone as from an older version.
 				var ops []store.Op
 				err = reopened.Scan(store.Unfinished, func(k, _ []byte) error {
@@ -541,48 +510,34 @@ func restoreAfterLoad(b *testing.B, open func(b *testing.B, dir string) (store.S
 
 // BenchmarkStoredBytesPerCall measures what the harness's workload leaves
 // on disk in the embedded store: the data directory's size after the
-// calls, closed (bolt: checkpointed, the log absorbed into the bbolt file;
-// pebble: as Pebble closes, its memtable left in its log), divided by the
-// calls. It sizes a data directory: bytes a call times
+// calls, closed (checkpointed: the log absorbed into the bbolt file),
+// divided by the calls. It sizes a data directory: bytes a call times
 // calls a day times store.retention. Runs, events, ledgers and lineage
 // keys are all in it; recordings are off, as by default.
 func BenchmarkStoredBytesPerCall(b *testing.B) {
-	for _, engine := range []struct {
-		name string
-		open func(dir string) (store.Store, error)
-	}{
-		{"bolt", func(dir string) (store.Store, error) { return store.OpenBolt(dir) }},
-		{"pebble", func(dir string) (store.Store, error) { return pebblestore.Open(dir, pebblestore.Options{}) }},
-	} {
-		b.Run(engine.name, func(b *testing.B) {
-			dir := b.TempDir()
-			st, err := engine.open(dir)
-			if err != nil {
-				b.Fatal(err)
-			}
-			call := harnessCalls(b, pipelineOver(b, st))
-			for b.Loop() {
-				call()
-			}
-			b.StopTimer()
-			if err := st.Close(); err != nil {
-				b.Fatal(err)
-			}
-			var size int64
-			err = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
-				if err != nil || d.IsDir() {
-					return err
-				}
-				info, err := d.Info()
-				if err == nil {
-					size += info.Size()
-				}
-				return err
-			})
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.ReportMetric(float64(size)/float64(b.N), "disk-B/call")
-		})
+	dir := b.TempDir()
+	p, st := persistedPipelineIn(b, dir, store.BoltOptions{})
+	call := harnessCalls(b, p)
+	for b.Loop() {
+		call()
 	}
+	b.StopTimer()
+	if err := st.Close(); err != nil {
+		b.Fatal(err)
+	}
+	var size int64
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		info, err := d.Info()
+		if err == nil {
+			size += info.Size()
+		}
+		return err
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(size)/float64(b.N), "disk-B/call")
 }

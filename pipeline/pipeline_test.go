@@ -120,7 +120,12 @@ func BenchmarkAdmitSettle(b *testing.B) {
 // persistedPipeline is a pipeline with the default policies over an
 // embedded store (with opts) in a temporary directory, closed with the test.
 func persistedPipeline(b *testing.B, opts store.BoltOptions) (*pipeline.Pipeline, *store.Bolt) {
-	st, err := store.OpenBoltWith(b.TempDir(), opts)
+	return persistedPipelineIn(b, b.TempDir(), opts)
+}
+
+// persistedPipelineIn is persistedPipeline with its store in dir.
+func persistedPipelineIn(b *testing.B, dir string, opts store.BoltOptions) (*pipeline.Pipeline, *store.Bolt) {
+	st, err := store.OpenBoltWith(dir, opts)
 	if err != nil {
 		b.Fatal(err)
 	}

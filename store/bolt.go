@@ -160,7 +160,7 @@ func OpenBoltWith(dir string, opts BoltOptions) (*Bolt, error) {
 	if err := logDamage(dir, segs); err != nil {
 		return nil, err
 	}
-	metas, err := checkMeta(filepath.Join(dir, BoltFile))
+	metas, err := checkMeta(filepath.Join(dir, dbFile))
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}

@@ -21,9 +21,8 @@ import (
 // it (anything else), and what Check and Repair, behind `gateway store
 // check|repair`, report and do. The rule is in doc.go.
 
-// BoltFile is the bbolt file's name in the data directory: its
-// presence tells a directory the bbolt engine wrote.
-const BoltFile = "haltline.db"
+// dbFile is the bbolt file's name in the data directory.
+const dbFile = "haltline.db"
 
 // ErrDamaged is what every DamageError is (errors.Is).
 var ErrDamaged = errors.New("store damaged")
@@ -73,7 +72,7 @@ func guardCalling(dir string, calling *bool, fn func() error) (err error) {
 			return
 		}
 		if r := recover(); r != nil {
-			err = &DamageError{Dir: dir, File: BoltFile, Offset: -1, Detail: fmt.Sprintf("bbolt cannot read it (%v)", r)}
+			err = &DamageError{Dir: dir, File: dbFile, Offset: -1, Detail: fmt.Sprintf("bbolt cannot read it (%v)", r)}
 		}
 	}()
 	return fn()
@@ -313,9 +312,9 @@ func metaDamage(dir string, metas [2]MetaReport) error {
 			} else {
 				d += ", the damaged page's transaction reads as the older one: nothing may be lost, but it cannot be told for sure"
 			}
-			return &DamageError{Dir: dir, File: BoltFile, Offset: int64(m.Page), Repairable: true, Detail: d}
+			return &DamageError{Dir: dir, File: dbFile, Offset: int64(m.Page), Repairable: true, Detail: d}
 		}
-		return &DamageError{Dir: dir, File: BoltFile, Offset: -1, Detail: "both meta pages are damaged"}
+		return &DamageError{Dir: dir, File: dbFile, Offset: -1, Detail: "both meta pages are damaged"}
 	}
 	return nil
 }
@@ -325,17 +324,17 @@ func openDB(dir string, opts *bolt.Options) (*bolt.DB, error) {
 	var db *bolt.DB
 	err := guard(dir, func() error {
 		var err error
-		db, err = bolt.Open(filepath.Join(dir, BoltFile), 0o600, opts)
+		db, err = bolt.Open(filepath.Join(dir, dbFile), 0o600, opts)
 		return err
 	})
 	if errors.Is(err, berrors.ErrTimeout) {
-		return nil, fmt.Errorf("%s is in use (is a gateway running on it?)", filepath.Join(dir, BoltFile))
+		return nil, fmt.Errorf("%s is in use (is a gateway running on it?)", filepath.Join(dir, dbFile))
 	}
 	var de *DamageError
 	if err != nil && !errors.As(err, &de) && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, os.ErrPermission) {
 		// bbolt's own refusals (invalid or mismatched meta pages, a bad
 		// page size) are damage too.
-		err = &DamageError{Dir: dir, File: BoltFile, Offset: -1, Detail: err.Error()}
+		err = &DamageError{Dir: dir, File: dbFile, Offset: -1, Detail: err.Error()}
 	}
 	return db, err
 }
@@ -366,15 +365,15 @@ func (r *Report) Whole() bool {
 func (r *Report) Write(w io.Writer) {
 	switch {
 	case r.NoDB:
-		fmt.Fprintf(w, "%s: none yet\n", BoltFile)
+		fmt.Fprintf(w, "%s: none yet\n", dbFile)
 	case len(r.DBErrors) == 0 && r.Meta[0].Valid && r.Meta[1].Valid:
-		fmt.Fprintf(w, "%s: whole (meta pages at transactions %d and %d)\n", BoltFile, r.Meta[0].Txid, r.Meta[1].Txid)
+		fmt.Fprintf(w, "%s: whole (meta pages at transactions %d and %d)\n", dbFile, r.Meta[0].Txid, r.Meta[1].Txid)
 	}
 	if err := metaDamage(r.Dir, r.Meta); err != nil {
-		fmt.Fprintf(w, "%s: %s\n", BoltFile, err.(*DamageError).Detail)
+		fmt.Fprintf(w, "%s: %s\n", dbFile, err.(*DamageError).Detail)
 	}
 	for _, e := range r.DBErrors {
-		fmt.Fprintf(w, "%s: %s\n", BoltFile, e)
+		fmt.Fprintf(w, "%s: %s\n", dbFile, e)
 	}
 	if len(r.Segments) == 0 {
 		fmt.Fprintln(w, "log: no segments (the last process closed the store)")
@@ -400,10 +399,10 @@ func Check(dir string) (*Report, error) {
 	if r.Segments, err = checkLog(dir); err != nil {
 		return nil, err
 	}
-	if r.Meta, err = checkMeta(filepath.Join(dir, BoltFile)); err != nil {
+	if r.Meta, err = checkMeta(filepath.Join(dir, dbFile)); err != nil {
 		return nil, err
 	}
-	if _, err := os.Stat(filepath.Join(dir, BoltFile)); errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(dir, dbFile)); errors.Is(err, os.ErrNotExist) {
 		r.NoDB = true
 		return r, nil
 	}
@@ -520,7 +519,7 @@ func Repair(dir string) (*Repaired, error) {
 		out.Actions = append(out.Actions, fmt.Sprintf("%s: cut off a torn tail of %d bytes at offset %d", cut.Name, cut.Size-cut.Whole, cut.Whole))
 	}
 	if len(r.DBErrors) > 0 {
-		return out, &DamageError{Dir: dir, File: BoltFile, Offset: -1, Detail: strings.Join(r.DBErrors, "; ")}
+		return out, &DamageError{Dir: dir, File: dbFile, Offset: -1, Detail: strings.Join(r.DBErrors, "; ")}
 	}
 	if err := metaDamage(dir, r.Meta); err != nil {
 		if !r.Meta[0].Valid && !r.Meta[1].Valid {
@@ -529,7 +528,7 @@ func Repair(dir string) (*Repaired, error) {
 		if err := rewriteMeta(dir); err != nil {
 			return out, err
 		}
-		out.Actions = append(out.Actions, fmt.Sprintf("%s: %s; rewrote it from the other", BoltFile, err.(*DamageError).Detail))
+		out.Actions = append(out.Actions, fmt.Sprintf("%s: %s; rewrote it from the other", dbFile, err.(*DamageError).Detail))
 	}
 	if err := syncDir(dir); err != nil {
 		return out, err
@@ -610,7 +609,7 @@ func rewriteMeta(dir string) error {
 			break
 		}
 		var metas [2]MetaReport
-		if metas, err = checkMeta(filepath.Join(dir, BoltFile)); err != nil || metaDamage(dir, metas) == nil {
+		if metas, err = checkMeta(filepath.Join(dir, dbFile)); err != nil || metaDamage(dir, metas) == nil {
 			break
 		}
 	}
@@ -620,7 +619,7 @@ func rewriteMeta(dir string) error {
 	if err != nil {
 		return err
 	}
-	metas, err := checkMeta(filepath.Join(dir, BoltFile))
+	metas, err := checkMeta(filepath.Join(dir, dbFile))
 	if err != nil {
 		return err
 	}

@@ -176,7 +176,7 @@ func boltFile(t *testing.T, dir string, n int) ([]byte, int) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	data, err := os.ReadFile(filepath.Join(dir, BoltFile))
+	data, err := os.ReadFile(filepath.Join(dir, dbFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +209,7 @@ func TestDamagedBoltPageIsAnErrorNotACrash(t *testing.T) {
 			for p := 2; p*ps < len(data); p++ {
 				damage(data[p*ps : (p+1)*ps])
 			}
-			if err := os.WriteFile(filepath.Join(dir, BoltFile), data, 0o600); err != nil {
+			if err := os.WriteFile(filepath.Join(dir, dbFile), data, 0o600); err != nil {
 				t.Fatal(err)
 			}
 			s, err := OpenBolt(dir)
@@ -217,7 +217,7 @@ func TestDamagedBoltPageIsAnErrorNotACrash(t *testing.T) {
 				defer s.Close()
 				err = s.Scan(Runs, func(k, v []byte) error { return nil })
 			}
-			if !errors.Is(err, ErrDamaged) || !strings.Contains(err.Error(), BoltFile) {
+			if !errors.Is(err, ErrDamaged) || !strings.Contains(err.Error(), dbFile) {
 				t.Fatalf("damaged bbolt file: %v", err)
 			}
 			if s != nil {
@@ -252,7 +252,7 @@ func TestDamagedMetaPageStopsTheOpenUntilRepaired(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(dir, BoltFile)
+	path := filepath.Join(dir, dbFile)
 	metas, err := checkMeta(path)
 	if err != nil || metas[0].Txid == metas[1].Txid {
 		t.Fatal(metas, err)
@@ -312,7 +312,7 @@ func TestNextWholeRecord(t *testing.T) {
 func TestEmptyAndShortBoltFiles(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, BoltFile), nil, 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, dbFile), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	s, err := OpenBolt(dir)
@@ -321,7 +321,7 @@ func TestEmptyAndShortBoltFiles(t *testing.T) {
 	}
 	s.Close()
 	dir = t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, BoltFile), []byte("not a bbolt file"), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, dbFile), []byte("not a bbolt file"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := OpenBolt(dir); !errors.Is(err, ErrDamaged) || !strings.Contains(err.Error(), "both meta pages") {

@@ -1,8 +1,6 @@
 // Package store keeps what must outlive the process — runs, their events,
 // the lineage index, ledgers and open reservations — behind one small
-// interface, with an embedded implementation on a bbolt file (Bolt); the
-// subpackage pebblestore is another on Pebble (store.engine: pebble), and
-// storetest the conformance suite both pass.
+// interface, with an embedded implementation on a bbolt file (Bolt).
 //
 // Values are opaque bytes: the pipeline encodes and decodes them. The store
 // must not hold business rules; it orders, batches and persists.
