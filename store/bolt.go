@@ -118,8 +118,11 @@ type Bolt struct {
 	// ovMu guards the overlays; reads take it shared.
 	ovMu   sync.RWMutex
 	active *overlay
-	frozen []*overlay // being checkpointed, oldest first
-	sealed []*segment // the segments of frozen
+	// onCommit, when set (a read cache: Cached), learns of every commit's
+	// writes as they become visible; called under ovMu.
+	onCommit func(batches [][]Op)
+	frozen   []*overlay // being checkpointed, oldest first
+	sealed   []*segment // the segments of frozen
 
 	// ckMu serialises checkpoints (the background's, Close's, tests').
 	ckMu   sync.Mutex
@@ -328,6 +331,9 @@ func (s *Bolt) commit(batches [][]Op) error {
 	s.dirty = s.opts.Sync == SyncInterval
 	s.ovMu.Lock()
 	s.active.apply(batches)
+	if s.onCommit != nil {
+		s.onCommit(batches)
+	}
 	full := s.active.ops >= s.opts.CheckpointOps || s.seg.size >= s.opts.CheckpointBytes
 	s.ovMu.Unlock()
 	s.walMu.Unlock()
