@@ -24,7 +24,9 @@ type CacheOptions struct {
 var ReadCacheBuckets = []Bucket{Runs, Lineage, Blobs}
 
 // CachedStore is the embedded store whose Get and GetMany serve the
-// records of some buckets from memory (Cached).
+// records of some buckets from memory (Cached). Its other methods are the
+// Bolt's, those the Store interface lacks included (ApplyBehind,
+// Recovered), which the pipeline and app look for.
 type CachedStore struct {
 	*Bolt
 	cache   *ristretto.Cache[[]byte, cachedRecord]
@@ -173,34 +175,32 @@ func (c *CachedStore) Get(b Bucket, key []byte) ([]byte, error) {
 }
 
 // GetMany implements Store: the cached records, and the others read from
-// the store a batch at a time.
+// the store a batch at a time. Those are not offered to the cache: a
+// GetMany is a sweep (the runs a restart restores, the runs retention
+// deletes) that reads each record once.
 func (c *CachedStore) GetMany(b Bucket, keys [][]byte, fn func(i int, value []byte) error) error {
 	if !c.cached(b) {
 		return c.Bolt.GetMany(b, keys, fn)
 	}
 	n := min(len(keys), GetManyBatch)
 	vals := make([][]byte, n)
-	hit := make([]bool, n)
-	cks := make([][]byte, n)
-	versions := make([]uint64, n)
 	missed := make([][]byte, 0, n)
 	at := make([]int, 0, n) // missed[j] is batch[at[j]]
+	var ck []byte
 	for start := 0; start < len(keys); start += GetManyBatch {
 		batch := keys[start:min(start+GetManyBatch, len(keys))]
 		missed, at = missed[:0], at[:0]
 		for i, key := range batch {
-			cks[i] = appendCacheKey(cks[i][:0], b, key)
-			vals[i], hit[i], versions[i] = c.lookup(cks[i])
-			if !hit[i] {
+			ck = appendCacheKey(ck[:0], b, key)
+			var hit bool
+			if vals[i], hit, _ = c.lookup(ck); !hit {
 				missed = append(missed, key)
 				at = append(at, i)
 			}
 		}
 		if len(missed) > 0 {
 			err := c.Bolt.GetMany(b, missed, func(j int, v []byte) error {
-				i := at[j]
-				vals[i] = v
-				c.keep(cks[i], versions[i], v)
+				vals[at[j]] = v
 				return nil
 			})
 			if err != nil {
