@@ -270,7 +270,7 @@ func openStore(c config.Store, log *slog.Logger) (store.Store, accounting.Book, 
 	// again and again (the control plane, the read tool); this process is
 	// the store's one writer, which the cache needs to see every write.
 	cached := store.Cached(st, store.CacheOptions{MaxBytes: c.ReadCacheBytes, Buckets: store.ReadCacheBuckets})
-	return decomposeStore(cached), accounting.NewMemBook(), nil, nil
+	return cached, accounting.NewMemBook(), nil, nil
 }
 
 // memoBytes is policy.Options.MemoBytes for the configuration's

@@ -15,7 +15,5 @@
 // each request into pipeline.Begin / Turn.Feed / pipeline.Finish (and
 // Turn.Release for a held tool call), runs the read-back rounds the
 // pipeline asks for (readback.go) within the client's request, and writes
-// what the pipeline answers. (Only a build with the haltline_decompose tag
-// can relay a call without the pipeline, for the load harness's
-// -decompose: decompose.go.)
+// what the pipeline answers.
 package proxy
