@@ -458,6 +458,9 @@ func newMemoHashed(maxBytes int64, keyToHash func([]byte) (uint64, uint64)) *mem
 // get returns the answer stored under key.
 func (c *memo) get(key []byte) (any, bool) {
 	e, ok := c.c.Get(key)
+	// c stays reachable until the cache is done: its cleanup closes the
+	// cache, and a closed cache must not be in use.
+	runtime.KeepAlive(c)
 	if !ok || e.key != string(key) {
 		return nil, false
 	}
@@ -467,6 +470,7 @@ func (c *memo) get(key []byte) (any, bool) {
 // put offers an answer to the cache, which may keep it or not.
 func (c *memo) put(key []byte, v any) {
 	c.c.Set(key, memoEntry{key: string(key), answer: v}, int64(len(key))+memoEntryBytes)
+	runtime.KeepAlive(c) // see get
 }
 
 // wait returns once the answers put so far are kept or dropped, for tests.
