@@ -183,12 +183,10 @@ func (c *CachedStore) GetMany(b Bucket, keys [][]byte, fn func(i int, value []by
 		return c.Bolt.GetMany(b, keys, fn)
 	}
 	n := min(len(keys), GetManyBatch)
-	vals := make([][]byte, n)
 	missed := make([][]byte, 0, n)
 	at := make([]int, 0, n) // missed[j] is batch[at[j]]
 	var ck []byte
-	for start := 0; start < len(keys); start += GetManyBatch {
-		batch := keys[start:min(start+GetManyBatch, len(keys))]
+	return getBatches(keys, func(batch, vals [][]byte) error {
 		missed, at = missed[:0], at[:0]
 		for i, key := range batch {
 			ck = appendCacheKey(ck[:0], b, key)
@@ -198,22 +196,14 @@ func (c *CachedStore) GetMany(b Bucket, keys [][]byte, fn func(i int, value []by
 				at = append(at, i)
 			}
 		}
-		if len(missed) > 0 {
-			err := c.Bolt.GetMany(b, missed, func(j int, v []byte) error {
-				vals[at[j]] = v
-				return nil
-			})
-			if err != nil {
-				return err
-			}
+		if len(missed) == 0 {
+			return nil
 		}
-		for i := range batch {
-			if err := fn(start+i, vals[i]); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+		return c.Bolt.GetMany(b, missed, func(j int, v []byte) error {
+			vals[at[j]] = v
+			return nil
+		})
+	}, fn)
 }
 
 // Hits and Misses count the reads of cached buckets served from the cache
