@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
+	"hash/maphash"
 	"math"
 	"runtime"
 	"slices"
@@ -406,13 +407,17 @@ func appendBoolMap(b []byte, m map[string]bool) []byte {
 // answer is then evaluated again on the next ask, which is all a memo
 // may cost.
 type memo struct {
-	c *ristretto.Cache[[]byte, memoEntry]
+	c    *ristretto.Cache[uint64, memoEntry]
+	seed maphash.Seed
+	// collide makes every key hash alike, for tests.
+	collide bool
 }
 
-// memoEntry is one answer and the whole key it was stored under.
-// ristretto keeps two 64-bit hashes of a key, not the key: a hit is
-// checked against the key itself, so inputs whose hashes collide (keys
-// hold caller-chosen strings) never share an answer.
+// memoEntry is one answer and the whole key it was stored under. The
+// cache is keyed by a seeded hash of the key (handing ristretto the key's
+// bytes would move the caller's stack buffer to the heap, an allocation
+// per ask): a hit is checked against the key itself, so inputs whose
+// hashes collide (keys hold caller-chosen strings) never share an answer.
 type memoEntry struct {
 	key    string
 	answer any
@@ -427,37 +432,41 @@ const memoEntryBytes = 320
 
 // newMemo returns a memo bounded by maxBytes, or nil (no memoisation)
 // when maxBytes is not positive.
-func newMemo(maxBytes int64) *memo { return newMemoHashed(maxBytes, nil) }
-
-// newMemoHashed is newMemo with ristretto's key hash replaced, when
-// keyToHash is not nil: tests make keys collide.
-func newMemoHashed(maxBytes int64, keyToHash func([]byte) (uint64, uint64)) *memo {
+func newMemo(maxBytes int64) *memo {
 	if maxBytes <= 0 {
 		return nil
 	}
 	// ristretto counts the frequency of about ten keys per entry it can hold.
 	counters := max(10*maxBytes/memoEntryBytes, 1000)
-	c, err := ristretto.NewCache(&ristretto.Config[[]byte, memoEntry]{
+	c, err := ristretto.NewCache(&ristretto.Config[uint64, memoEntry]{
 		NumCounters:        counters,
 		MaxCost:            maxBytes,
 		BufferItems:        64,
 		IgnoreInternalCost: true, // memoEntryBytes counts it
-		KeyToHash:          keyToHash,
 	})
 	if err != nil {
 		// Only a configuration out of range fails, and this one is not.
 		panic(err)
 	}
-	m := &memo{c: c}
+	m := &memo{c: c, seed: maphash.MakeSeed()}
 	// The cache runs goroutines of its own, which refer to it and not to
 	// m: once no set (and no ask in flight) holds m, they are stopped.
-	runtime.AddCleanup(m, func(c *ristretto.Cache[[]byte, memoEntry]) { c.Close() }, c)
+	runtime.AddCleanup(m, func(c *ristretto.Cache[uint64, memoEntry]) { c.Close() }, c)
 	return m
+}
+
+// hash is where key goes in the cache. (A method, not a func field: an
+// indirect call would move the caller's key buffer to the heap.)
+func (c *memo) hash(key []byte) uint64 {
+	if c.collide {
+		return 0
+	}
+	return maphash.Bytes(c.seed, key)
 }
 
 // get returns the answer stored under key.
 func (c *memo) get(key []byte) (any, bool) {
-	e, ok := c.c.Get(key)
+	e, ok := c.c.Get(c.hash(key))
 	// c stays reachable until the cache is done: its cleanup closes the
 	// cache, and a closed cache must not be in use.
 	runtime.KeepAlive(c)
@@ -469,7 +478,7 @@ func (c *memo) get(key []byte) (any, bool) {
 
 // put offers an answer to the cache, which may keep it or not.
 func (c *memo) put(key []byte, v any) {
-	c.c.Set(key, memoEntry{key: string(key), answer: v}, int64(len(key))+memoEntryBytes)
+	c.c.Set(c.hash(key), memoEntry{key: string(key), answer: v}, int64(len(key))+memoEntryBytes)
 	runtime.KeepAlive(c) // see get
 }
 

@@ -494,7 +494,8 @@ func TestCacheMemoOff(t *testing.T) {
 // answer; the key itself is compared on a hit.
 func TestCacheHashCollision(t *testing.T) {
 	t.Parallel()
-	c := newMemoHashed(1<<20, func([]byte) (uint64, uint64) { return 1, 2 })
+	c := newMemo(1 << 20)
+	c.collide = true
 	c.put([]byte("tenant-a"), "a")
 	c.wait()
 	if v, ok := c.get([]byte("tenant-a")); !ok || v != "a" {
