@@ -29,7 +29,7 @@ var ReadCacheBuckets = []Bucket{Runs, Lineage, Blobs}
 // Recovered), which the pipeline and app look for.
 type CachedStore struct {
 	*Bolt
-	cache   *ristretto.Cache[[]byte, cachedRecord]
+	cache   *ristretto.Cache[uint64, cachedRecord]
 	buckets map[Bucket]bool
 	maxCost int64 // of one record: a larger one is not cached
 	seed    maphash.Seed
@@ -42,9 +42,10 @@ type CachedStore struct {
 }
 
 // cachedRecord is a record as read from the store, with the version of
-// its key's stripe read before it, and its key in the cache: ristretto
-// keeps two hashes of a key, not the key, and a hit is checked against
-// the key itself.
+// its key's stripe read before it, and its key in the cache: the cache is
+// keyed by a seeded hash of the key (handing ristretto the key's bytes
+// would move the caller's key buffer to the heap), and a hit is checked
+// against the key itself.
 type cachedRecord struct {
 	version uint64
 	key     string
@@ -85,7 +86,7 @@ func Cached(st Store, o CacheOptions) Store {
 	for _, b := range o.Buckets {
 		c.buckets[b] = true
 	}
-	cache, err := ristretto.NewCache(&ristretto.Config[[]byte, cachedRecord]{
+	cache, err := ristretto.NewCache(&ristretto.Config[uint64, cachedRecord]{
 		// About ten keys counted per record held, records of about 1 KB.
 		NumCounters:        max(o.MaxBytes/100, 1000),
 		MaxCost:            o.MaxBytes,
@@ -105,11 +106,11 @@ func Cached(st Store, o CacheOptions) Store {
 
 func (c *CachedStore) cached(b Bucket) bool { return c.buckets[b] }
 
-// stripe is the version counter of the record whose key in the cache is
-// ck (appendCacheKey).
-func (c *CachedStore) stripe(ck []byte) *atomic.Uint64 {
-	return &c.versions[maphash.Bytes(c.seed, ck)%versionStripes]
-}
+// hash is where the record whose key in the cache is ck (appendCacheKey)
+// goes in the cache, and its version stripe's place.
+func (c *CachedStore) hash(ck []byte) uint64 { return maphash.Bytes(c.seed, ck) }
+
+func (c *CachedStore) stripe(h uint64) *atomic.Uint64 { return &c.versions[h%versionStripes] }
 
 // appendCacheKey appends the record's key in the cache.
 func appendCacheKey(dst []byte, b Bucket, key []byte) []byte {
@@ -123,7 +124,7 @@ func (c *CachedStore) committed(batches [][]Op) {
 	for _, ops := range batches {
 		for _, op := range ops {
 			if c.cached(op.Bucket) {
-				c.stripe(appendCacheKey(buf[:0], op.Bucket, op.Key)).Add(1)
+				c.stripe(c.hash(appendCacheKey(buf[:0], op.Bucket, op.Key))).Add(1)
 			}
 		}
 	}
@@ -133,8 +134,9 @@ func (c *CachedStore) committed(batches [][]Op) {
 // (appendCacheKey), with hit set, or the version to cache the record
 // under once read from the store.
 func (c *CachedStore) lookup(ck []byte) (value []byte, hit bool, version uint64) {
-	version = c.stripe(ck).Load()
-	if r, ok := c.cache.Get(ck); ok && r.version == version && r.key == string(ck) {
+	h := c.hash(ck)
+	version = c.stripe(h).Load()
+	if r, ok := c.cache.Get(h); ok && r.version == version && r.key == string(ck) {
 		c.hits.Add(1)
 		// The caller may keep or change what it is given.
 		return bytes.Clone(r.value), true, version
@@ -153,7 +155,7 @@ func (c *CachedStore) keep(ck []byte, version uint64, value []byte) {
 	if cost > c.maxCost {
 		return // one record would push out a good part of the others
 	}
-	c.cache.Set(ck, cachedRecord{version: version, key: string(ck), value: bytes.Clone(value)}, cost)
+	c.cache.Set(c.hash(ck), cachedRecord{version: version, key: string(ck), value: bytes.Clone(value)}, cost)
 }
 
 // Get implements Store.
