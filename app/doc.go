@@ -4,7 +4,5 @@
 // line it cannot read (cli.go). cmd/gateway only calls Main.
 //
 // It must not hold request logic: everything it builds is a package of its
-// own. (A build with the haltline_decompose tag can wrap the embedded store
-// in one that drops writes, for the load harness's -decompose:
-// decompose.go.)
+// own.
 package app

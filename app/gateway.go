@@ -81,6 +81,7 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Opt
 		// Each decision's count and evaluation time, and a debug line.
 		DecisionLog:       telemetry.NewObserver(metrics, nil, log).PolicyDecision,
 		DecisionSummaries: log.Enabled(ctx, slog.LevelDebug),
+		MemoBytes:         memoBytes(cfg.PolicyMemoBytes),
 	})
 	if err != nil {
 		cancel()
@@ -111,6 +112,13 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Opt
 		st.Close()
 		cancel()
 		return nil, fmt.Errorf("telemetry: %w", err)
+	}
+	if c, ok := st.(*store.CachedStore); ok {
+		if err := telemetry.RegisterStoreReadCache(reg, c.Hits, c.Misses); err != nil {
+			st.Close()
+			cancel()
+			return nil, fmt.Errorf("telemetry: %w", err)
+		}
 	}
 	g := &Gateway{Pipeline: p, Policy: pol, Registry: reg, cancel: cancel, done: make(chan struct{}), store: st, obs: obs}
 	g.data = proxy.New(proxy.Options{
@@ -260,13 +268,26 @@ func openStore(c config.Store, log *slog.Logger) (store.Store, accounting.Book, 
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	return decomposeStore(st), accounting.NewMemBook(), nil, nil
+	// Ended runs' snapshots, lineage keys and stored tool outputs are read
+	// again and again (the control plane, the read tool); this process is
+	// the store's one writer, which the cache needs to see every write.
+	cached := store.Cached(st, store.CacheOptions{MaxBytes: c.ReadCacheBytes, Buckets: store.ReadCacheBuckets})
+	return cached, accounting.NewMemBook(), nil, nil
+}
+
+// memoBytes is policy.Options.MemoBytes for the configuration's
+// policy_memo_bytes, where 0 turns memoisation off.
+func memoBytes(n int64) int64 {
+	if n == 0 {
+		return -1
+	}
+	return n
 }
 
 // recovered reports whether the embedded store replayed a log its last
 // process left (it crashed); Redis has no such log.
 func recovered(st store.Store) bool {
-	b, ok := st.(*store.Bolt)
+	b, ok := st.(interface{ Recovered() bool })
 	return ok && b.Recovered()
 }
 

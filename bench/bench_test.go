@@ -641,7 +641,7 @@ func TestVariantRunsItsBinary(t *testing.T) {
 	bin := os.Getenv("HALTLINE_BENCH_GATEWAY_BIN")
 	if bin == "" {
 		var err error
-		if bin, err = buildGateway(t.Context(), dir, ""); err != nil {
+		if bin, err = buildGateway(t.Context(), dir, false); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -711,4 +711,48 @@ func readReport(t *testing.T, path string) report {
 		t.Fatal(err)
 	}
 	return rep
+}
+
+// TestDecomposeOverlay: the gateway's files that the parts edit hold the
+// text each edit replaces, once; one that does not stops the build with
+// its name.
+func TestDecomposeOverlay(t *testing.T) {
+	root, err := gatewayModuleDir(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	path, err := partsOverlay(root, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var overlay struct{ Replace map[string]string }
+	if err := json.Unmarshal(data, &overlay); err != nil {
+		t.Fatal(err)
+	}
+	if len(overlay.Replace) != len(partsFiles)+len(partsEdits) {
+		t.Fatalf("overlay %v", overlay.Replace)
+	}
+	for _, e := range partsEdits {
+		got, err := os.ReadFile(overlay.Replace[filepath.Join(root, filepath.FromSlash(e.file))])
+		if err != nil || !strings.Contains(string(got), e.new) {
+			t.Fatalf("%s in parts lacks its edit: %v", e.file, err)
+		}
+	}
+
+	changed := t.TempDir()
+	for _, e := range partsEdits {
+		if err := os.MkdirAll(filepath.Join(changed, filepath.Dir(e.file)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(changed, e.file), []byte("package x\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := partsOverlay(changed, t.TempDir()); err == nil || !strings.Contains(err.Error(), partsEdits[0].file) {
+		t.Fatalf("an edit whose text is gone: %v", err)
+	}
 }

@@ -172,7 +172,7 @@ func parseOptions(args []string) (options, error) {
 	fs.StringVar(&o.gatewayBin, "gateway-bin", "", "gateway binary (default: go build ./cmd/gateway into a temporary directory)")
 	fs.StringVar(&o.nginx, "nginx", "auto", "nginx binary measured as a reference proxy in the same rounds (\"auto\": nginx in PATH, else "+nginxFallback+", skipped when neither exists; \"\" or \"off\": not measured)")
 	fs.StringVar(&o.gatewayArgs, "gateway-args", "", "extra arguments for `gateway serve` of the haltline target, space separated (e.g. \"--redis-url redis://127.0.0.1:6379\")")
-	fs.BoolVar(&o.decompose, "decompose", false, "also measure the gateway in parts, two targets built with the haltline_decompose tag: \"relay\" (the fasthttp server and client alone, no pipeline) and \"nostore\" (every call governed, its store writes dropped), beside the gateway whole")
+	fs.BoolVar(&o.decompose, "decompose", false, "also measure the gateway in parts, two targets built from its sources with the harness's additions (go build -overlay): \"relay\" (the fasthttp server and client alone, no pipeline) and \"nostore\" (every call governed, its store writes dropped), beside the gateway whole")
 	fs.Var(&o.variants, "variant", "extra Haltline target name[@BINARY]=ARGS measured in the same run (repeatable), e.g. 'redis=--redis-url redis://127.0.0.1:6379', or another build: 'new@/tmp/gateway-new='")
 	fs.BoolVar(&o.anthropic, "anthropic", true, "also measure /v1/messages (Anthropic format)")
 	fs.BoolVar(&o.pin, "pin", true, "pin the load generator to CPU 0, the mock and the proxies to CPU 1")

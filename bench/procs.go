@@ -329,21 +329,25 @@ next:
 	return out
 }
 
-// buildGateway compiles ./cmd/gateway with the build tags given (none: the
-// release build). It builds inside the gateway's own module, the one this
-// module's replace directive points at, so that the binary measured has the
-// dependency versions the gateway's go.mod selects, not those the harness's
-// module (with vegeta) would.
-func buildGateway(ctx context.Context, dir, tags string) (string, error) {
+// buildGateway compiles ./cmd/gateway as it is, or in parts (the targets
+// of -decompose: decompose.go). It builds inside the gateway's own module,
+// the one this module's replace directive points at, so that the binary
+// measured has the dependency versions the gateway's go.mod selects, not
+// those the harness's module (with vegeta) would.
+func buildGateway(ctx context.Context, dir string, parts bool) (string, error) {
 	root, err := gatewayModuleDir(ctx)
 	if err != nil {
 		return "", err
 	}
 	bin := filepath.Join(dir, "gateway")
 	args := []string{"build"}
-	if tags != "" {
-		bin += "-" + tags
-		args = append(args, "-tags", tags)
+	if parts {
+		overlay, err := partsOverlay(root, dir)
+		if err != nil {
+			return "", err
+		}
+		bin += "-parts"
+		args = append(args, "-overlay", overlay)
 	}
 	args = append(args, "-o", bin, "./cmd/gateway")
 	cmd := exec.CommandContext(ctx, "go", args...)
@@ -376,9 +380,9 @@ func gatewayModuleDir(ctx context.Context) (string, error) {
 	return dir, nil
 }
 
-// The targets of -decompose: the gateway built with the haltline_decompose
-// tag, which HALTLINE_DECOMPOSE switches to relaying model calls without
-// the pipeline (relay) or to dropping its store writes (nostore). With the
+// The targets of -decompose: the gateway in parts (decompose.go), which
+// HALTLINE_DECOMPOSE switches to relaying model calls without the pipeline
+// (relay) or to dropping its store writes (nostore). With the
 // gateway whole they split a call's cost three ways: the HTTP relay, the
 // governance (run tracking, policy, metering, loop guard, the records'
 // encoding) and the store (the log's write, the overlay, the checkpoint).

@@ -93,15 +93,15 @@ func run(ctx context.Context, o options, out io.Writer) (*report, error) {
 	bin := o.gatewayBin
 	if bin == "" {
 		fmt.Fprintln(out, "building the gateway (go build ./cmd/gateway)…")
-		if bin, err = buildGateway(ctx, dir, ""); err != nil {
+		if bin, err = buildGateway(ctx, dir, false); err != nil {
 			return nil, err
 		}
 	}
 	gateways := []variant{{name: "haltline", args: o.gatewayArgs}}
 	gateways = append(gateways, o.variants...)
 	if o.decompose {
-		fmt.Fprintln(out, "building the gateway in parts (go build -tags haltline_decompose ./cmd/gateway)…")
-		parts, err := buildGateway(ctx, dir, "haltline_decompose")
+		fmt.Fprintln(out, "building the gateway in parts (go build -overlay with bench/testdata/decompose)…")
+		parts, err := buildGateway(ctx, dir, true)
 		if err != nil {
 			return nil, err
 		}

@@ -37,6 +37,9 @@ type Config struct {
 	// PolicyDir holds *.rego and data.json that override the embedded
 	// policies; reloaded on change.
 	PolicyDir string `yaml:"policy_dir"`
+	// PolicyMemoBytes bounds the memoised policy answers of a loaded
+	// policy set (default 8 MiB; 0: every question is evaluated).
+	PolicyMemoBytes int64 `yaml:"policy_memo_bytes"`
 	// Prices is a price catalog file that replaces the embedded one.
 	Prices string `yaml:"prices"`
 	// Store says where runs and ledgers live.
@@ -146,6 +149,10 @@ type Store struct {
 	// Retention is how long a run is kept after it ended (default 720h,
 	// 30 days); 0 keeps every run.
 	Retention time.Duration `yaml:"retention"`
+	// ReadCacheBytes bounds the embedded store's read cache of run
+	// snapshots, lineage keys and stored tool outputs (default 32 MiB;
+	// 0: off). A Redis store is never cached: other replicas write it.
+	ReadCacheBytes int64 `yaml:"read_cache_bytes"`
 }
 
 // Limits bound sizes and waits.
@@ -216,7 +223,8 @@ func Default() Config {
 			OpenAI:    Provider{BaseURL: "https://api.openai.com", APIKeyEnv: "OPENAI_API_KEY"},
 			Anthropic: Provider{BaseURL: "https://api.anthropic.com", APIKeyEnv: "ANTHROPIC_API_KEY"},
 		},
-		Store: Store{DataDir: "./haltline-data", Sync: "interval", SyncInterval: 100 * time.Millisecond, Retention: 720 * time.Hour},
+		PolicyMemoBytes: 8 << 20,
+		Store:           Store{DataDir: "./haltline-data", Sync: "interval", SyncInterval: 100 * time.Millisecond, Retention: 720 * time.Hour, ReadCacheBytes: 32 << 20},
 		Limits: Limits{
 			MaxBodyBytes:         32 << 20,
 			MaxBodyBytesInFlight: 256 << 20,
@@ -357,6 +365,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Store.Retention < 0 || (c.Store.Retention > 0 && c.Store.Retention < time.Hour) {
 		errs = append(errs, errors.New("store.retention: must be 0 (keep every run) or at least 1h"))
+	}
+	if c.Store.ReadCacheBytes < 0 {
+		errs = append(errs, errors.New("store.read_cache_bytes: must be 0 (off) or positive"))
+	}
+	if c.PolicyMemoBytes < 0 {
+		errs = append(errs, errors.New("policy_memo_bytes: must be 0 (off) or positive"))
 	}
 	if c.Limits.MaxBodyBytes <= 0 {
 		errs = append(errs, errors.New("limits.max_body_bytes: must be positive"))

@@ -18,7 +18,7 @@ var benchRun = RunInput{
 // benchNames are distinct values for a keyed input field: cycling through
 // more of them than the cache holds makes every call a miss.
 var benchNames = func() []string {
-	n := make([]string, 4*memoEntries)
+	n := make([]string, 4*DefaultMemoBytes/memoEntryBytes)
 	for i := range n {
 		n[i] = "n" + strconv.Itoa(i)
 	}
@@ -38,7 +38,7 @@ var benchArgs = func() [][]byte {
 // "evaluated" baseline: the cost of a question without memoisation.
 func noCache(e *Engine) *Engine {
 	for _, q := range e.cur.Load().questions {
-		q.memo = nil
+		q.memoised = false
 	}
 	return e
 }

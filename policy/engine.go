@@ -28,6 +28,10 @@ type Options struct {
 	// DecisionSummaries renders each decision's Summary for DecisionLog
 	// (the debug log line); off, a decision carries its Verdict only.
 	DecisionSummaries bool
+	// MemoBytes bounds the memoised answers of a compiled set, in bytes
+	// as estimated per entry (memo.go); 0 takes DefaultMemoBytes, and a
+	// negative value turns memoisation off.
+	MemoBytes int64
 }
 
 // Engine answers the policy questions. It is safe for concurrent use; the
@@ -94,7 +98,11 @@ func (e *Engine) build(ctx context.Context, version uint64) (*set, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newSet(ctx, srcs, data, c, version)
+	memoBytes := e.opts.MemoBytes
+	if memoBytes == 0 {
+		memoBytes = DefaultMemoBytes
+	}
+	return newSet(ctx, srcs, data, c, version, memoBytes)
 }
 
 // Version is the version of the set in force; it starts at 1 and bumps on

@@ -6,10 +6,11 @@ import (
 	"encoding/binary"
 	"hash/maphash"
 	"math"
+	"runtime"
 	"slices"
 	"strings"
-	"sync"
 
+	"github.com/dgraph-io/ristretto/v2"
 	"github.com/open-policy-agent/opa/v1/ast"
 )
 
@@ -19,7 +20,7 @@ import (
 // (rules and data) stays the same. The key is those values and nothing else,
 // so e.g. the default budget policy, which reads tenant, team, user, agent
 // and task type, answers every run of one agent in one team from the cache.
-// A reload builds a new set, and with it empty caches.
+// A reload builds a new set, and with it an empty cache.
 
 // field is one input value a key can hold. Objects the engine builds with a
 // fixed shape (principal, run, model, tool) are expanded into their fields,
@@ -106,13 +107,6 @@ func (o keyOp) String() string {
 // maxKeyLen bounds what one entry may cost; an input whose key is longer
 // (huge headers, say) is evaluated and not cached.
 const maxKeyLen = 1024
-
-// memoEntries bounds each question's cache; memoShards spreads it over
-// independently locked maps so concurrent readers do not share one lock word.
-const (
-	memoEntries = 4096
-	memoShards  = 16
-)
 
 // inputReads finds the input paths that the answer of package pkg can
 // depend on: it walks every rule of the package and, transitively, every
@@ -402,63 +396,91 @@ func appendBoolMap(b []byte, m map[string]bool) []byte {
 	return b
 }
 
-// memo is the bounded answer cache of one question of one set, holding
-// decoded answers (Limits, ToolDecision, …). Reads take one shard's read
-// lock and copy the answer out of its interface without allocating; a miss pays for an evaluation (tens of µs), next
-// to which the write lock is noise.
+// memo is the answer cache of one compiled set, shared by its questions:
+// a ristretto cache bounded by what its entries are estimated to cost in
+// bytes, holding decoded answers (Limits, ToolDecision, …). A reload
+// builds a new set and with it an empty memo; the old one is closed once
+// nothing refers to it (newMemo), since an ask in flight may still be
+// using it.
+//
+// ristretto may drop a Set (a full buffer, its admission policy): the
+// answer is then evaluated again on the next ask, which is all a memo
+// may cost.
 type memo struct {
-	seed   maphash.Seed
-	shards [memoShards]memoShard
+	c    *ristretto.Cache[uint64, memoEntry]
+	seed maphash.Seed
+	// collide makes every key hash alike, for tests.
+	collide bool
 }
 
-type memoShard struct {
-	mu sync.RWMutex
-	m  map[string]any
-	// Keeps each shard's lock on its own cache line.
-	_ [32]byte
+// memoEntry is one answer and the whole key it was stored under. The
+// cache is keyed by a seeded hash of the key (handing ristretto the key's
+// bytes would move the caller's stack buffer to the heap, an allocation
+// per ask): a hit is checked against the key itself, so inputs whose
+// hashes collide (keys hold caller-chosen strings) never share an answer.
+type memoEntry struct {
+	key    string
+	answer any
 }
 
-func newMemo() *memo { return &memo{seed: maphash.MakeSeed()} }
+// DefaultMemoBytes bounds a set's memo when Options.MemoBytes is 0.
+const DefaultMemoBytes = 8 << 20
 
-func (c *memo) shard(key []byte) *memoShard {
-	return &c.shards[maphash.Bytes(c.seed, key)%memoShards]
+// memoEntryBytes is what an entry costs besides its key: ristretto's item
+// and maps, the entry, and a decoded answer with its maps and slices.
+const memoEntryBytes = 320
+
+// newMemo returns a memo bounded by maxBytes, or nil (no memoisation)
+// when maxBytes is not positive.
+func newMemo(maxBytes int64) *memo {
+	if maxBytes <= 0 {
+		return nil
+	}
+	// ristretto counts the frequency of about ten keys per entry it can hold.
+	counters := max(10*maxBytes/memoEntryBytes, 1000)
+	c, err := ristretto.NewCache(&ristretto.Config[uint64, memoEntry]{
+		NumCounters:        counters,
+		MaxCost:            maxBytes,
+		BufferItems:        64,
+		IgnoreInternalCost: true, // memoEntryBytes counts it
+	})
+	if err != nil {
+		// Only a configuration out of range fails, and this one is not.
+		panic(err)
+	}
+	m := &memo{c: c, seed: maphash.MakeSeed()}
+	// The cache runs goroutines of its own, which refer to it and not to
+	// m: once no set (and no ask in flight) holds m, they are stopped.
+	runtime.AddCleanup(m, func(c *ristretto.Cache[uint64, memoEntry]) { c.Close() }, c)
+	return m
 }
 
+// hash is where key goes in the cache. (A method, not a func field: an
+// indirect call would move the caller's key buffer to the heap.)
+func (c *memo) hash(key []byte) uint64 {
+	if c.collide {
+		return 0
+	}
+	return maphash.Bytes(c.seed, key)
+}
+
+// get returns the answer stored under key.
 func (c *memo) get(key []byte) (any, bool) {
-	sh := c.shard(key)
-	sh.mu.RLock()
-	v, ok := sh.m[string(key)]
-	sh.mu.RUnlock()
-	return v, ok
+	e, ok := c.c.Get(c.hash(key))
+	// c stays reachable until the cache is done: its cleanup closes the
+	// cache, and a closed cache must not be in use.
+	runtime.KeepAlive(c)
+	if !ok || e.key != string(key) {
+		return nil, false
+	}
+	return e.answer, true
 }
 
-// put stores an answer; a full shard first drops one entry. Map iteration
-// starts at a random place, so that is random eviction: no bookkeeping on
-// the read path, and a hot key that is dropped comes back on its next miss.
+// put offers an answer to the cache, which may keep it or not.
 func (c *memo) put(key []byte, v any) {
-	sh := c.shard(key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if sh.m == nil {
-		sh.m = make(map[string]any)
-	}
-	if _, ok := sh.m[string(key)]; !ok && len(sh.m) >= memoEntries/memoShards {
-		for k := range sh.m {
-			delete(sh.m, k)
-			break
-		}
-	}
-	sh.m[string(key)] = v
+	c.c.Set(c.hash(key), memoEntry{key: string(key), answer: v}, int64(len(key))+memoEntryBytes)
+	runtime.KeepAlive(c) // see get
 }
 
-// len counts the entries, for tests.
-func (c *memo) len() int {
-	n := 0
-	for i := range c.shards {
-		sh := &c.shards[i]
-		sh.mu.RLock()
-		n += len(sh.m)
-		sh.mu.RUnlock()
-	}
-	return n
-}
+// wait returns once the answers put so far are kept or dropped, for tests.
+func (c *memo) wait() { c.c.Wait() }

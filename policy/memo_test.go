@@ -73,6 +73,11 @@ func evaluate(t *testing.T, e *Engine, id questionID, input func(*set) ast.Value
 	return a
 }
 
+// settle waits until the answers the engine's current set put in its memo
+// are kept (or dropped): ristretto applies a Set in the background, so an
+// ask right after another may miss without it.
+func settle(e *Engine) { e.cur.Load().memo.wait() }
+
 func keyPaths(q *question) []string {
 	var out []string
 	for _, op := range q.key {
@@ -92,7 +97,7 @@ func TestCacheKeysOfDefaults(t *testing.T) {
 		qModel:       {"model.name"},
 	} {
 		q := s.questions[id]
-		if q.memo == nil {
+		if !q.memoised {
 			t.Errorf("%s: not cached", q.pkg)
 			continue
 		}
@@ -116,6 +121,7 @@ func TestCacheMatchesEvaluation(t *testing.T) {
 		want := evaluate(t, e, id, input("r-1"))
 		for i, run := range []string{"r-1", "r-2"} {
 			got, err := ask(run)
+			settle(e)
 			if err != nil {
 				t.Fatalf("%s %s: %v", packages[id], desc, err)
 			}
@@ -192,7 +198,7 @@ mode := "reject" if input.headers["x-strict"] == ""
 	})
 	e := newEngine(t, Options{Dir: dir})
 	q := e.cur.Load().questions[qBudget]
-	if got := keyPaths(q); q.memo == nil || !slices.Equal(got, []string{"run.id"}) {
+	if got := keyPaths(q); !q.memoised || !slices.Equal(got, []string{"run.id"}) {
 		t.Fatalf("key %q", got)
 	}
 	for range 2 {
@@ -238,7 +244,7 @@ limits := {"max_steps": n} if n := _n with input as {"run": {"id": input.run.id}
 		t.Run(tc.desc, func(t *testing.T) {
 			t.Parallel()
 			e := newEngine(t, Options{Dir: writeDir(t, map[string]string{"budget.rego": "package haltline.budget\n" + tc.body + "\n"})})
-			if q := e.cur.Load().questions[qBudget]; q.memo != nil {
+			if q := e.cur.Load().questions[qBudget]; q.memoised {
 				t.Fatalf("cached with key %q", keyPaths(q))
 			}
 			for range 2 {
@@ -268,6 +274,7 @@ func TestCacheDroppedOnReload(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		settle(e)
 		return l.MaxSteps
 	}
 	if steps() != 5 || steps() != 5 || !log.last(t).Cached {
@@ -283,6 +290,17 @@ func TestCacheDroppedOnReload(t *testing.T) {
 	if steps() != 7 || !log.last(t).Cached {
 		t.Fatal("the new set caches too")
 	}
+	// The same content loaded again is a new set: its memo starts empty.
+	old := e.cur.Load().memo
+	if err := e.Reload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if e.cur.Load().memo == old {
+		t.Fatal("a reload kept the memo")
+	}
+	if steps() != 7 || log.last(t).Cached {
+		t.Fatalf("the first answer of a reloaded set: %+v", log.last(t))
+	}
 }
 
 // TestCacheNeverStoresErrors: an input on which the policy fails is
@@ -290,27 +308,34 @@ func TestCacheDroppedOnReload(t *testing.T) {
 func TestCacheNeverStoresErrors(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	e := newEngine(t, Options{Dir: writeDir(t, map[string]string{"budget.rego": `package haltline.budget
+	var log decisions
+	e := newEngine(t, Options{DecisionLog: log.log, Dir: writeDir(t, map[string]string{"budget.rego": `package haltline.budget
 limits = {"max_steps": 1} if input.principal.tenant == "bad"
 limits = {"max_steps": 2} if input.principal.tenant == "bad"
 limits = {"max_steps": 3} if input.principal.tenant != "bad"
 `})})
-	memo := e.cur.Load().questions[qBudget].memo
+	budget := func(ctx context.Context, tenant string) (Limits, error) {
+		l, err := e.Budget(ctx, RunInput{Principal: Principal{Tenant: tenant}})
+		settle(e)
+		return l, err
+	}
 	for range 3 {
-		if _, err := e.Budget(ctx, RunInput{Principal: Principal{Tenant: "bad"}}); err == nil {
-			t.Fatal("conflicting values must fail")
-		}
-		if memo.len() != 0 {
-			t.Fatalf("%d entries after an error", memo.len())
+		if _, err := budget(ctx, "bad"); err == nil || log.last(t).Cached {
+			t.Fatalf("conflicting values must fail, every time: %v", err)
 		}
 	}
-	if l, err := e.Budget(ctx, RunInput{Principal: Principal{Tenant: "good"}}); err != nil || l.MaxSteps != 3 || memo.len() != 1 {
-		t.Fatalf("%+v %v, %d entries", l, err, memo.len())
+	for i := range 2 {
+		if l, err := budget(ctx, "good"); err != nil || l.MaxSteps != 3 || log.last(t).Cached != (i == 1) {
+			t.Fatalf("ask %d: %+v %v, %+v", i, l, err, log.last(t))
+		}
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	if _, err := e.Budget(cctx, RunInput{Principal: Principal{Tenant: "other"}}); err == nil || memo.len() != 1 {
-		t.Fatalf("a cancelled ask: %v, %d entries", err, memo.len())
+	if _, err := budget(cctx, "other"); err == nil {
+		t.Fatal("a cancelled ask answered")
+	}
+	if l, err := budget(ctx, "other"); err != nil || l.MaxSteps != 3 || log.last(t).Cached {
+		t.Fatalf("after a cancelled ask: %+v %v, %+v", l, err, log.last(t))
 	}
 }
 
@@ -389,6 +414,7 @@ decision := {"allow": allow, "level": "L1"}
 			{``, true},
 		} {
 			d, err := e.Tool(ctx, ToolInput{Tool: ToolInfo{Name: "read", Arguments: []byte(tc.args)}})
+			settle(e)
 			if err != nil || d.Allow != tc.allow {
 				t.Fatalf("%s: %+v %v", tc.args, d, err)
 			}
@@ -400,20 +426,83 @@ decision := {"allow": allow, "level": "L1"}
 }
 
 // TestCacheBounded: distinct keys past the bound evict, they do not grow
-// the cache.
+// the cache: of all the answers put, at most what the bound pays for are
+// still there.
 func TestCacheBounded(t *testing.T) {
 	t.Parallel()
-	c := newMemo()
+	const entries = 1000
 	var key []byte
-	for i := range 3 * memoEntries {
+	cost := func(i int) int64 { return int64(len(appendStr(key[:0], fmt.Sprint("tenant-", i)))) + memoEntryBytes }
+	c := newMemo(entries * cost(0))
+	for i := range 3 * entries {
 		key = appendStr(key[:0], fmt.Sprint("tenant-", i))
 		c.put(key, i)
-		if v, ok := c.get(key); !ok || v != i {
-			t.Fatalf("entry %d: %v %t", i, v, ok)
+	}
+	c.wait()
+	kept := 0
+	for i := range 3 * entries {
+		key = appendStr(key[:0], fmt.Sprint("tenant-", i))
+		if v, ok := c.get(key); ok {
+			if v != i {
+				t.Fatalf("entry %d holds %v", i, v)
+			}
+			kept++
 		}
 	}
-	if n := c.len(); n > memoEntries || n < memoEntries/2 {
-		t.Fatalf("%d entries, bound %d", n, memoEntries)
+	if kept > entries || kept < entries/4 {
+		t.Fatalf("%d entries kept, bound %d", kept, entries)
+	}
+}
+
+// TestCacheDroppedPuts: a memo that keeps nothing (too small for one
+// entry) answers as evaluation does, every time.
+func TestCacheDroppedPuts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var log decisions
+	e := newEngine(t, Options{Data: memoData, DecisionLog: log.log, MemoBytes: 1})
+	if q := e.cur.Load().questions[qBudget]; !q.memoised {
+		t.Fatal("the budget question is not memoised")
+	}
+	in := RunInput{Principal: Principal{Tenant: "acme", Team: "red"}}
+	want := evaluate(t, e, qBudget, func(s *set) ast.Value { return runValue(in, s) })
+	for range 3 {
+		l, err := e.Budget(ctx, in)
+		settle(e)
+		if err != nil || !reflect.DeepEqual(l, want) || log.last(t).Cached {
+			t.Fatalf("%+v %v, want %+v; %+v", l, err, want, log.last(t))
+		}
+	}
+}
+
+// TestCacheMemoOff: a negative MemoBytes turns memoisation off.
+func TestCacheMemoOff(t *testing.T) {
+	t.Parallel()
+	e := newEngine(t, Options{MemoBytes: -1})
+	s := e.cur.Load()
+	for _, q := range s.questions {
+		if s.memo != nil || q.memoised {
+			t.Fatalf("%s memoised", q.pkg)
+		}
+	}
+	if l, err := e.Budget(context.Background(), RunInput{}); err != nil || l.MaxSteps == 0 {
+		t.Fatalf("%+v %v", l, err)
+	}
+}
+
+// TestCacheHashCollision: keys whose hashes collide never share an
+// answer; the key itself is compared on a hit.
+func TestCacheHashCollision(t *testing.T) {
+	t.Parallel()
+	c := newMemo(1 << 20)
+	c.collide = true
+	c.put([]byte("tenant-a"), "a")
+	c.wait()
+	if v, ok := c.get([]byte("tenant-a")); !ok || v != "a" {
+		t.Fatalf("the stored key: %v %t", v, ok)
+	}
+	if v, ok := c.get([]byte("tenant-b")); ok {
+		t.Fatalf("another key with the same hashes answered %v", v)
 	}
 }
 

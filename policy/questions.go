@@ -172,11 +172,13 @@ func ask[T any](ctx context.Context, s *set, id questionID, in *RunInput, m *Mod
 			return a, constant, nil
 		}
 	}
-	mc := q.memo
+	mc := s.memo
 	var buf [128]byte
 	var key []byte
-	if mc != nil && in != nil {
-		key = appendKey(buf[:0], q.key, s, in, m, t)
+	if q.memoised && in != nil {
+		// One memo serves every question of the set: the key starts with
+		// the question.
+		key = appendKey(append(buf[:0], byte(id)), q.key, s, in, m, t)
 		if len(key) > maxKeyLen {
 			mc = nil
 		} else if v, ok := mc.get(key); ok {

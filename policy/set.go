@@ -45,10 +45,11 @@ type question struct {
 	constantValue ast.Value
 	// answer is constantValue decoded into the question's Go type.
 	answer any
-	// memo caches decoded answers keyed by the input values key names;
-	// nil when what the package reads cannot be bounded (see inputReads).
-	memo *memo
-	key  []keyOp
+	// memoised says the set's memo holds this question's answers, keyed
+	// by the input values key names; false when what the package reads
+	// cannot be bounded (see inputReads).
+	memoised bool
+	key      []keyOp
 }
 
 // set is one immutable compiled policy set; a reload builds a new one and
@@ -63,6 +64,9 @@ type set struct {
 	needsArgs    bool
 	needsHeaders bool
 	sources      []string // file names, for logs
+	// memo holds the answers of the memoised questions (memo.go); nil
+	// when memoisation is off.
+	memo *memo
 }
 
 // keepTerm makes Eval hand back the result as an AST term, saving the
@@ -72,11 +76,12 @@ func keepTerm(t *ast.Term, _ *rego.EvalContext) (any, error) { return t, nil }
 // newSet compiles data and modules into prepared queries and smoke-evaluates
 // every question once, so a policy that cannot answer is refused at load
 // rather than at the first call.
-func newSet(ctx context.Context, srcs []source, data map[string]any, c *ast.Compiler, version uint64) (*set, error) {
+// memoBytes bounds its memo (0 or less: none).
+func newSet(ctx context.Context, srcs []source, data map[string]any, c *ast.Compiler, version uint64, memoBytes int64) (*set, error) {
 	// AST values on read spare a Go-to-AST conversion of the data each
 	// evaluation reads; nothing ever writes to this store.
 	store := inmem.NewFromObjectWithOpts(data, inmem.OptReturnASTValuesOnRead(true))
-	s := &set{version: version}
+	s := &set{version: version, memo: newMemo(memoBytes)}
 	for _, src := range srcs {
 		if !src.test {
 			s.sources = append(s.sources, src.name)
@@ -105,9 +110,9 @@ func newSet(ctx context.Context, srcs []source, data map[string]any, c *ast.Comp
 		q.pq = pq
 		s.questions[id] = q
 		findConstant(ctx, q, c, store, txn)
-		if paths, ok := inputReads(c, pkg, nondet); ok {
+		if paths, ok := inputReads(c, pkg, nondet); ok && s.memo != nil {
 			q.key = keyPlan(q.id, paths)
-			q.memo = newMemo()
+			q.memoised = true
 		}
 	}
 

@@ -15,7 +15,5 @@
 // each model call through a pipeline.Exchange (Open, Forward, Respond,
 // Feed, End, Finish) and each tool call through a pipeline.ToolExchange,
 // runs the read-back rounds the pipeline asks for (readback.go) within the
-// client's request, and writes the Reply the pipeline gives. (Only a build with the haltline_decompose tag
-// can relay a call without the pipeline, for the load harness's
-// -decompose: decompose.go.)
+// client's request, and writes the Reply the pipeline gives.
 package proxy

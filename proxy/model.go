@@ -42,9 +42,6 @@ func (s *Server) model(ctx *fasthttp.RequestCtx, codec wire.Codec, prov *config.
 			release()
 		}
 	}()
-	if decomposeRelay && s.relayAlone(ctx, received, body, prov, release, &streaming) {
-		return
-	}
 	h := &ctx.Request.Header
 	call := &pipeline.Call{
 		API:       codec.API(),

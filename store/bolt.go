@@ -118,8 +118,11 @@ type Bolt struct {
 	// ovMu guards the overlays; reads take it shared.
 	ovMu   sync.RWMutex
 	active *overlay
-	frozen []*overlay // being checkpointed, oldest first
-	sealed []*segment // the segments of frozen
+	// onCommit, when set (a read cache: Cached), learns of every commit's
+	// writes as they become visible; called under ovMu.
+	onCommit func(batches [][]Op)
+	frozen   []*overlay // being checkpointed, oldest first
+	sealed   []*segment // the segments of frozen
 
 	// ckMu serialises checkpoints (the background's, Close's, tests').
 	ckMu   sync.Mutex
@@ -328,6 +331,9 @@ func (s *Bolt) commit(batches [][]Op) error {
 	s.dirty = s.opts.Sync == SyncInterval
 	s.ovMu.Lock()
 	s.active.apply(batches)
+	if s.onCommit != nil {
+		s.onCommit(batches)
+	}
 	full := s.active.ops >= s.opts.CheckpointOps || s.seg.size >= s.opts.CheckpointBytes
 	s.ovMu.Unlock()
 	s.walMu.Unlock()
@@ -635,10 +641,8 @@ func (s *Bolt) Get(b Bucket, key []byte) ([]byte, error) {
 // GetMany implements Store: the overlay's records, then the others in one
 // read transaction a batch of GetManyBatch keys.
 func (s *Bolt) GetMany(b Bucket, keys [][]byte, fn func(i int, value []byte) error) error {
-	vals := make([][]byte, min(len(keys), GetManyBatch))
-	found := make([]bool, len(vals))
-	for start := 0; start < len(keys); start += GetManyBatch {
-		batch := keys[start:min(start+GetManyBatch, len(keys))]
+	found := make([]bool, min(len(keys), GetManyBatch))
+	return getBatches(keys, func(batch, vals [][]byte) error {
 		inFile := 0
 		s.ovMu.RLock()
 		for i, key := range batch {
@@ -649,24 +653,34 @@ func (s *Bolt) GetMany(b Bucket, keys [][]byte, fn func(i int, value []byte) err
 			}
 		}
 		s.ovMu.RUnlock()
-		if inFile > 0 {
-			err := s.view(func(tx *bolt.Tx) error {
-				bk := tx.Bucket([]byte(b))
-				if bk == nil {
-					return fmt.Errorf("store: no bucket %q", b)
-				}
-				for i, key := range batch {
-					if !found[i] {
-						vals[i] = bytes.Clone(bk.Get(key))
-					}
-				}
-				return nil
-			})
-			if err != nil {
-				return err
-			}
+		if inFile == 0 {
+			return nil
 		}
-		// Outside the transaction: fn may read the store.
+		return s.view(func(tx *bolt.Tx) error {
+			bk := tx.Bucket([]byte(b))
+			if bk == nil {
+				return fmt.Errorf("store: no bucket %q", b)
+			}
+			for i, key := range batch {
+				if !found[i] {
+					vals[i] = bytes.Clone(bk.Get(key))
+				}
+			}
+			return nil
+		})
+	}, fn)
+}
+
+// getBatches is GetMany's walk: read fills vals with the records of a
+// batch of at most GetManyBatch keys, then fn gets them in order, outside
+// read (a transaction), since fn may read the store.
+func getBatches(keys [][]byte, read func(batch, vals [][]byte) error, fn func(i int, value []byte) error) error {
+	vals := make([][]byte, min(len(keys), GetManyBatch))
+	for start := 0; start < len(keys); start += GetManyBatch {
+		batch := keys[start:min(start+GetManyBatch, len(keys))]
+		if err := read(batch, vals[:len(batch)]); err != nil {
+			return err
+		}
 		for i := range batch {
 			if err := fn(start+i, vals[i]); err != nil {
 				return err

@@ -60,4 +60,9 @@
 // A write nobody waits for (Later) joins the head of the next commit, or
 // is committed on its own within a millisecond: until then it is only in
 // memory.
+//
+// Cached puts a bounded read cache (ristretto) in front of some buckets of
+// the embedded store: it learns of each write from the commit that makes
+// it visible, and serves a record only while no commit wrote its key since
+// it was read (cache.go). It is a cache, never where a record lives.
 package store

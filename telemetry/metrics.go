@@ -334,3 +334,28 @@ func (c *runsCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(counts[s]), string(s))
 	}
 }
+
+// RegisterStoreReadCache exports haltline_store_read_cache_reads_total
+// {result}: the reads of the store's cached buckets served from its read
+// cache (hit) and from the store (miss), read at scrape time.
+func RegisterStoreReadCache(reg prometheus.Registerer, hits, misses func() uint64) error {
+	desc := prometheus.NewDesc("haltline_store_read_cache_reads_total",
+		"Reads of the embedded store's cached records (run snapshots, lineage keys, stored tool outputs), by result (hit, miss).",
+		[]string{"result"}, nil)
+	return reg.Register(&countersCollector{desc: desc, counts: map[string]func() uint64{"hit": hits, "miss": misses}})
+}
+
+// countersCollector exports counters that another package keeps, one
+// series a label value.
+type countersCollector struct {
+	desc   *prometheus.Desc
+	counts map[string]func() uint64
+}
+
+func (c *countersCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *countersCollector) Collect(ch chan<- prometheus.Metric) {
+	for label, n := range c.counts {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(n()), label)
+	}
+}

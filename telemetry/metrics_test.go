@@ -138,6 +138,9 @@ func TestMetricNamesLint(t *testing.T) {
 	o.LoopDetection("window", "shadow")
 	o.Compression("openai.chat", 10, 5)
 	o.PolicyDecision(policy.Decision{Package: "haltline.model", Verdict: "allow"})
+	if err := RegisterStoreReadCache(reg, func() uint64 { return 3 }, func() uint64 { return 5 }); err != nil {
+		t.Fatal(err)
+	}
 	problems, err := testutil.GatherAndLint(reg)
 	if err != nil {
 		t.Fatal(err)
@@ -161,6 +164,25 @@ func TestMetricNamesLint(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// The store's read cache counts are read at scrape time.
+func TestStoreReadCacheMetric(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	hits := uint64(3)
+	if err := RegisterStoreReadCache(reg, func() uint64 { return hits }, func() uint64 { return 5 }); err != nil {
+		t.Fatal(err)
+	}
+	hits = 4
+	want := `# HELP haltline_store_read_cache_reads_total Reads of the embedded store's cached records (run snapshots, lineage keys, stored tool outputs), by result (hit, miss).
+# TYPE haltline_store_read_cache_reads_total counter
+haltline_store_read_cache_reads_total{result="hit"} 4
+haltline_store_read_cache_reads_total{result="miss"} 5
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -1,4 +1,6 @@
-//go:build haltline_decompose
+// The harness's build of the gateway in parts adds this file to package
+// app (decompose.go, go build -overlay), and a call of decomposeStore to
+// the opening of the embedded store. The product has neither.
 
 package app
 
@@ -8,14 +10,13 @@ import (
 	"github.com/haltline/haltline/store"
 )
 
-// decomposeStore makes a build with the haltline_decompose tag write
-// nothing to its store when HALTLINE_DECOMPOSE=nostore: every call is
-// governed, metered and encoded as usual, and its commit is dropped. The
-// load harness's -decompose measures the gateway so beside the gateway
-// whole, which tells the store's share of a call (its log write, the
-// overlay, the checkpoint into bbolt) from the rest. Release builds have
-// no such switch (decompose_off.go): a store that drops writes must never
-// be one a configuration can choose.
+// decomposeStore makes the gateway in parts write nothing to its store
+// when HALTLINE_DECOMPOSE=nostore: every call is governed, metered and
+// encoded as usual, and its commit is dropped. -decompose measures the
+// gateway so beside the gateway whole, which tells the store's share of a
+// call (its log write, the overlay, the checkpoint into bbolt) from the
+// rest. A store that drops writes must never be one a configuration of
+// the product can choose.
 func decomposeStore(st store.Store) store.Store {
 	if os.Getenv("HALTLINE_DECOMPOSE") != "nostore" {
 		return st

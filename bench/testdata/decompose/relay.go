@@ -1,4 +1,6 @@
-//go:build haltline_decompose
+// The harness's build of the gateway in parts adds this file to package
+// proxy (decompose.go, go build -overlay), and a call of relayAlone to the
+// model route's handler. The product has neither.
 
 package proxy
 
@@ -15,11 +17,9 @@ import (
 	"github.com/haltline/haltline/wire/jsonscan"
 )
 
-// decomposeRelay makes a build with the haltline_decompose tag relay model
-// calls without the pipeline when HALTLINE_DECOMPOSE=relay: the load
-// harness's -decompose measures what the fasthttp server and client cost
-// alone, beside the gateway whole. Release builds have no such switch
-// (decompose_off.go).
+// decomposeRelay makes the gateway in parts relay model calls without the
+// pipeline when HALTLINE_DECOMPOSE=relay: -decompose measures what the
+// fasthttp server and client cost alone, beside the gateway whole.
 var decomposeRelay = os.Getenv("HALTLINE_DECOMPOSE") == "relay"
 
 // relayAlone forwards the call as the gateway's relay does, with neither
