@@ -18,6 +18,9 @@ import (
 // MaxBatch bounds the ops committed in one transaction.
 const MaxBatch = 4096
 
+// DefaultCheckpointMemory is BoltOptions.CheckpointMemory's default.
+const DefaultCheckpointMemory = 16 << 20
+
 // Sync says when a write counts as committed.
 type Sync int
 
@@ -62,6 +65,15 @@ type BoltOptions struct {
 	CheckpointEvery time.Duration
 	CheckpointOps   int
 	CheckpointBytes int64
+	// CheckpointMemory bounds, in bytes, the memory the writes not yet in
+	// the bbolt file hold (the overlay: keys, values and the maps'
+	// entries; default DefaultCheckpointMemory): a checkpoint starts once
+	// the overlay taking new writes passes it. The period and the log's
+	// size bound the same writes in time and on disk; this bound is what
+	// keeps the process's memory flat at any write rate. While a
+	// checkpoint runs, the overlay it writes out is held as well, so the
+	// overlays' total stays under about twice this.
+	CheckpointMemory int64
 	// CheckpointTxOps is the most keys one bbolt transaction of a
 	// checkpoint takes (default 2048): a bound on how long a checkpoint
 	// holds a core without yielding, at the cost of a commit (two fsyncs,
@@ -84,6 +96,9 @@ func (o *BoltOptions) defaults() {
 	}
 	if o.CheckpointBytes <= 0 {
 		o.CheckpointBytes = 32 << 20
+	}
+	if o.CheckpointMemory <= 0 {
+		o.CheckpointMemory = DefaultCheckpointMemory
 	}
 	if o.CheckpointTxOps <= 0 {
 		o.CheckpointTxOps = 2048
@@ -328,7 +343,7 @@ func (s *Bolt) commit(batches [][]Op) error {
 	s.dirty = s.opts.Sync == SyncInterval
 	s.ovMu.Lock()
 	s.active.apply(batches)
-	full := s.active.ops >= s.opts.CheckpointOps || s.seg.size >= s.opts.CheckpointBytes
+	full := s.active.ops >= s.opts.CheckpointOps || s.seg.size >= s.opts.CheckpointBytes || s.active.bytes >= s.opts.CheckpointMemory
 	s.ovMu.Unlock()
 	s.walMu.Unlock()
 	if full {
