@@ -64,7 +64,7 @@ tools:
 virtual_keys:
   sk-red-1: {tenant: acme, team: red, user: alice}
 limits: {upstream_timeout: 45s, header_timeout: 5s, max_connections_per_ip: 64}
-store: {retention: 168h}
+store: {retention: 168h, checkpoint_memory: 8388608}
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -87,7 +87,7 @@ store: {retention: 168h}
 		c.Limits.HeaderTimeout != 5*time.Second || c.Limits.MaxConnectionsPerIP != 64 || c.Limits.MaxConnections != 10000 {
 		t.Fatalf("limits %+v", c.Limits)
 	}
-	if c.Store.Retention != 7*24*time.Hour || c.Store.DataDir != "./haltline-data" {
+	if c.Store.Retention != 7*24*time.Hour || c.Store.DataDir != "./haltline-data" || c.Store.CheckpointMemory != 8<<20 || c.Limits.MemoryBytes != 0 {
 		t.Fatalf("store %+v", c.Store)
 	}
 	if Default().Store.Retention != 30*24*time.Hour {
@@ -110,13 +110,15 @@ func TestValidateReportsEverything(t *testing.T) {
 	c.Limits.MaxConnections = -1
 	c.Limits.HeaderTimeout = 0
 	c.Limits.MaxDrainBytes = -1
+	c.Store.CheckpointMemory = 4096
+	c.Limits.MemoryBytes = 1 << 20
 	err := c.Validate()
 	if err == nil {
 		t.Fatal("want errors")
 	}
 	for _, want := range []string{"listen", "providers.openai.base_url", "tools.t", "virtual_keys.sk-sec", "store.sync:", "store.sync_interval", "store.retention",
 		"admin.allowed_hosts", `admin.allowed_origins: "console.example"`, `admin.allowed_origins: "https://console.example/ui/"`,
-		"limits.max_connections:", "limits.header_timeout", "limits.max_drain_bytes"} {
+		"limits.max_connections:", "limits.header_timeout", "limits.max_drain_bytes", "store.checkpoint_memory", "limits.memory_bytes"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("missing %q in %v", want, err)
 		}
