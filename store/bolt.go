@@ -492,6 +492,7 @@ func (s *Bolt) checkpoint() error {
 	if err != nil {
 		return fmt.Errorf("store checkpoint: %w", err)
 	}
+	releaseMapped(s.db)
 	s.ovMu.Lock()
 	sealed := s.sealed
 	s.frozen, s.sealed = s.frozen[len(frozen):], nil
