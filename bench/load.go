@@ -141,6 +141,9 @@ type phaseAcc struct {
 	turns          int
 	peakKB         int64
 	gc             *gcPauses
+	// onResult, when set, is told of each answer as it arrives (ok: a
+	// success), for a soak's samples.
+	onResult func(ok bool)
 }
 
 // addTurn adds the counters read before and after one turn.
@@ -184,7 +187,11 @@ func (a *phaseAcc) attack(ctx context.Context, c *http.Client, t *target, w *wor
 				w.answer(i)
 			}
 		}
-		if res.Error != "" || res.Code != http.StatusOK {
+		failed := res.Error != "" || res.Code != http.StatusOK
+		if a.onResult != nil {
+			a.onResult(!failed)
+		}
+		if failed {
 			errs++
 			if len(a.errSample) < 5 {
 				msg := res.Error

@@ -2,8 +2,10 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"os"
@@ -91,6 +93,15 @@ func (g *gcPauses) merge(o *gcPauses) *gcPauses {
 // scrapeGCPauses reads the cumulative GC pause histogram from a gateway's
 // metrics endpoint, by upper bound.
 func scrapeGCPauses(ctx context.Context, c *http.Client, admin string) (map[float64]uint64, error) {
+	b, err := fetchMetrics(ctx, c, admin)
+	if err != nil {
+		return nil, err
+	}
+	return parseHistogram(bufio.NewScanner(bytes.NewReader(b)), gcPauseMetric)
+}
+
+// fetchMetrics reads a gateway's /metrics (Prometheus's text format).
+func fetchMetrics(ctx context.Context, c *http.Client, admin string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+admin+"/metrics", nil)
@@ -105,7 +116,7 @@ func scrapeGCPauses(ctx context.Context, c *http.Client, admin string) (map[floa
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("metrics: %s", resp.Status)
 	}
-	return parseHistogram(bufio.NewScanner(resp.Body), gcPauseMetric)
+	return io.ReadAll(resp.Body)
 }
 
 // parseHistogram reads the buckets of a histogram without labels of its

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -68,5 +69,40 @@ func TestQuantile(t *testing.T) {
 	}
 	if p := quantile(d, 0.99); p != 990 {
 		t.Fatalf("p99 %v", p)
+	}
+}
+
+// A measure that keeps growing after the warm-up fails the soak; one that
+// levels off within it, or moves within the tolerance, does not.
+func TestSoakTrends(t *testing.T) {
+	flat := func(i int) soakSample {
+		return soakSample{At: time.Duration(i) * time.Second, Requests: int64(1000 * (i + 1)), RSSKB: 100 << 10, Goroutines: 40,
+			StoreBytes: 1<<20 + int64(1000*(i+1))*500, LogBytes: int64(i%3) << 20}
+	}
+	var samples []soakSample
+	for i := range 12 {
+		s := flat(i)
+		if i < 2 {
+			s.RSSKB = 20 << 10 // the warm-up: the heap still growing to its goal
+		}
+		samples = append(samples, s)
+	}
+	if bad, err := soakTrends(samples, 2*time.Second); err != nil || len(bad) > 0 {
+		t.Fatalf("a level soak: %v, %v", bad, err)
+	}
+	if bad, _ := soakTrends(samples, 0); len(bad) != 1 || !strings.Contains(bad[0], "RSS") {
+		t.Fatalf("the warm-up read as a trend: %v", bad)
+	}
+	leaking := slices.Clone(samples)
+	for i := range leaking {
+		leaking[i].Goroutines += int64(10 * i)
+		leaking[i].StoreBytes += int64(i*i) << 20 // pages not reused: faster than the requests
+	}
+	bad, err := soakTrends(leaking, 2*time.Second)
+	if err != nil || len(bad) != 2 || !strings.Contains(bad[0], "goroutines") || !strings.Contains(bad[1], "store file per request") {
+		t.Fatalf("leaks: %v, %v", bad, err)
+	}
+	if _, err := soakTrends(samples[:4], 2*time.Second); err == nil {
+		t.Fatal("two samples after the warm-up: want an error")
 	}
 }
