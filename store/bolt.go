@@ -291,7 +291,7 @@ func replayLog(db *bolt.DB, dir string) (next uint64, replayed int, err error) {
 			err = fmt.Errorf("%s changed while the store opened", filepath.Base(segmentPath(dir, seq)))
 		}
 		if err == nil {
-			err = putOverlays(db, []*overlay{o}, 0, &keys, nil)
+			err = putOverlays(db, []*overlay{o}, 0, &keys, nil, nil)
 		}
 		if err != nil {
 			return 0, 0, fmt.Errorf("segment %d: %w", seq, err)
@@ -536,14 +536,15 @@ func yieldToCalls() { time.Sleep(time.Microsecond) }
 // one (each key's last write wins, as in one transaction).
 func (s *Bolt) commitOverlays(frozen []*overlay) error {
 	return guard(s.dir, func() error {
-		return putOverlays(s.db, frozen, s.opts.CheckpointTxOps, &s.ckKeys, yieldToCalls)
+		return putOverlays(s.db, frozen, s.opts.CheckpointTxOps, &s.ckKeys, yieldToCalls, func() { releaseMapped(s.db) })
 	})
 }
 
 // putOverlays writes the overlays into db, oldest first, in transactions of
-// at most txOps keys (0: one transaction), calling yield between some.
-// keys is a buffer it may reuse.
-func putOverlays(db *bolt.DB, frozen []*overlay, txOps int, keys *[]string, yield func()) error {
+// at most txOps keys (0: one transaction), calling yield between some and
+// committed, when set, after each transaction but the last (between two
+// write transactions: see releaseMapped). keys is a buffer it may reuse.
+func putOverlays(db *bolt.DB, frozen []*overlay, txOps int, keys *[]string, yield, committed func()) error {
 	tx, err := db.Begin(true)
 	if err != nil {
 		return err
@@ -581,6 +582,9 @@ func putOverlays(db *bolt.DB, frozen []*overlay, txOps int, keys *[]string, yiel
 				case txOps > 0 && n%txOps == 0:
 					if err := tx.Commit(); err != nil {
 						return err
+					}
+					if committed != nil {
+						committed()
 					}
 					if yield != nil {
 						yield()

@@ -12,6 +12,8 @@ import (
 // every page a checkpoint or a read touched stays mapped, counted in the
 // process's resident memory, until the mapping goes: under a sustained
 // write rate that grew with the file (more than the heap at saturation).
+// A checkpoint calls it after each of its transactions, so that what stays
+// mapped is what one transaction touched.
 // The page cache keeps the pages; a later read maps them again from it,
 // with the file's content, so no reader can tell. Called only between
 // bbolt's write transactions, on the goroutine that runs them: bbolt
