@@ -263,12 +263,14 @@ func TestShortProfiles(t *testing.T) {
 	}
 }
 
-// TestSoakShort runs the soak's short mode: the gateway at a fixed rate,
-// sampled every 2 s, with the table and the verdict printed.
+// TestSoakShort runs the soak's short mode: the gateway at a fixed rate for
+// 20 s, sampled every 2 s, the table printed and every request answered.
+// Its trends are not checked: seconds of a shared machine say nothing of
+// a leak.
 func TestSoakShort(t *testing.T) {
 	results := filepath.Join(t.TempDir(), "soak.json")
-	out := runHarness(t, "-soak", "20s", "-soak-every", "2s", "-soak-rate", "300", "-nginx", "off", "-json", results)
-	for _, want := range []string{"RSS MiB", "goroutines", "store MiB", "soak passed", "p99.9"} {
+	out := runHarness(t, "-short", "-soak", "20s", "-soak-every", "2s", "-soak-rate", "500", "-nginx", "off", "-json", results)
+	for _, want := range []string{"RSS MiB", "goroutines", "store MiB", "soak ran", "p99.9"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("soak output lacks %q\n%s", want, out)
 		}

@@ -23,6 +23,8 @@ import (
 // with time; a cache filling up, a checkpoint's sawtooth or the
 // collector's heap goal levels off within the warm-up.
 //
+// With -short it fails only on errors: the trends are printed, not checked.
+//
 // The store keeps every run for its retention (30 days by default), so its
 // file grows with the runs written, as it should: what is checked is its
 // size per request served, which a leak of pages (a freelist not reused)
@@ -199,7 +201,15 @@ func runSoak(ctx context.Context, o options, out io.Writer) error {
 	}
 	trends, err := soakTrends(samples, warmup)
 	if err != nil {
-		fail = append(fail, err.Error())
+		trends = append(trends, err.Error())
+	}
+	if o.short {
+		// As the phases' short mode: it proves that everything runs; a
+		// soak of seconds on a shared machine says nothing of a trend.
+		for _, tr := range trends {
+			fmt.Fprintln(out, "not checked in -short:", tr)
+		}
+		trends = nil
 	}
 	fail = append(fail, trends...)
 	if o.jsonOut != "" {
@@ -209,6 +219,10 @@ func runSoak(ctx context.Context, o options, out io.Writer) error {
 	}
 	if len(fail) > 0 {
 		return fmt.Errorf("soak failed:\n  %s", strings.Join(fail, "\n  "))
+	}
+	if o.short {
+		fmt.Fprintln(out, "soak ran (-short: no verdict on the trends)")
+		return nil
 	}
 	fmt.Fprintln(out, "soak passed: no measure trends upward")
 	return nil
