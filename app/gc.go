@@ -18,10 +18,11 @@ import (
 // is small. Go's default (GOGC=100) collects each time the heap doubles:
 // with the gateway's small live heap and high allocation rate per call
 // that is many collections. Up to this goal, memory is spent instead; past
-// half of it the default applies. It is small enough that the process
-// stays in a few hundred MiB at saturation; a memory limit (memoryLimit)
-// larger than four times it raises it to a quarter of the limit, up to
-// maxGCHeadroom.
+// half of it the default applies. A larger goal saves collections but is
+// memory the process holds at any load, beside the store's and the runs';
+// a memory limit (memoryLimit) larger than four times it raises it to a
+// quarter of the limit, up to maxGCHeadroom, where memory is known to be
+// there.
 const (
 	gcHeadroom    = 96 << 20
 	maxGCHeadroom = 512 << 20

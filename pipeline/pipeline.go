@@ -136,8 +136,8 @@ type Options struct {
 	// holds it (default 1 s, and up to a sweeper period more); later calls
 	// load it back. Kept short because every ended run in memory is heap
 	// the collector marks on each cycle, and memory that grows with the
-	// rate at which runs end: at saturation, ended runs waiting to leave
-	// were most of the live heap.
+	// rate at which runs end: at a high rate, ended runs waiting to leave
+	// can be most of the live heap.
 	EndedRetention time.Duration
 	// StoreRecovered says the store replayed a log its previous process
 	// left (store.Bolt.Recovered): that process crashed, and the runs it

@@ -11,7 +11,7 @@ import (
 // mark). bbolt reads the file through a shared, read-only mapping, and
 // every page a checkpoint or a read touched stays mapped, counted in the
 // process's resident memory, until the mapping goes: under a sustained
-// write rate that grew with the file (more than the heap at saturation).
+// write rate that grows with the file, and can outgrow the heap.
 // A checkpoint calls it after each of its transactions, so that what stays
 // mapped is what one transaction touched.
 // The page cache keeps the pages; a later read maps them again from it,
