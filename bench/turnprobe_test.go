@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -20,19 +21,15 @@ func TestGCPausesOfATurn(t *testing.T) {
 		}
 		return h
 	}
-	before := scrape(`# TYPE haltline_gc_pause_seconds histogram
-haltline_gc_pause_seconds_bucket{le="1e-05"} 4
-haltline_gc_pause_seconds_bucket{le="0.0001"} 10
-haltline_gc_pause_seconds_bucket{le="0.001"} 10
-haltline_gc_pause_seconds_bucket{le="+Inf"} 10
-haltline_gc_pause_seconds_sum 0.0002
-haltline_gc_pause_seconds_count 10
-`)
-	after := scrape(`haltline_gc_pause_seconds_bucket{le="1e-05"} 6
-haltline_gc_pause_seconds_bucket{le="0.0001"} 13
-haltline_gc_pause_seconds_bucket{le="0.001"} 14
-haltline_gc_pause_seconds_bucket{le="+Inf"} 14
-`)
+	// hist is the text of a histogram with these cumulative counts at
+	// 10 µs, 100 µs, 1 ms and +Inf.
+	hist := func(c ...int) map[float64]uint64 {
+		return scrape(fmt.Sprintf("# TYPE haltline_gc_pause_seconds histogram\n"+
+			"haltline_gc_pause_seconds_bucket{le=\"1e-05\"} %d\nhaltline_gc_pause_seconds_bucket{le=\"0.0001\"} %d\n"+
+			"haltline_gc_pause_seconds_bucket{le=\"0.001\"} %d\nhaltline_gc_pause_seconds_bucket{le=\"+Inf\"} %d\n"+
+			"haltline_gc_pause_seconds_sum 0.0002\nhaltline_gc_pause_seconds_count %d\n", c[0], c[1], c[2], c[3], c[3]))
+	}
+	before, after := hist(4, 10, 10, 10), hist(6, 13, 14, 14)
 	var g gcPauses
 	g.add(before, after)
 	if g.Count != 4 || g.MaxUs != 1000 || g.Longer {
@@ -41,11 +38,7 @@ haltline_gc_pause_seconds_bucket{le="+Inf"} 14
 	if g.Buckets["1e-05"] != 2 || g.Buckets["0.0001"] != 1 || g.Buckets["0.001"] != 1 {
 		t.Fatalf("buckets %v", g.Buckets)
 	}
-	over := scrape(`haltline_gc_pause_seconds_bucket{le="1e-05"} 6
-haltline_gc_pause_seconds_bucket{le="0.0001"} 13
-haltline_gc_pause_seconds_bucket{le="0.001"} 14
-haltline_gc_pause_seconds_bucket{le="+Inf"} 15
-`)
+	over := hist(6, 13, 14, 15)
 	var g2 gcPauses
 	g2.add(after, over)
 	if g2.Count != 1 || !math.IsInf(g2.longest(), 1) {

@@ -316,44 +316,33 @@ func waitForCheckpoint(t *testing.T, s *Bolt, n int) {
 	}
 }
 
-// A log past CheckpointBytes is checkpointed before the period: a run of
-// large values cannot grow the log (and a restart's replay) without bound.
+// A log past CheckpointBytes, or an overlay past CheckpointMemory, is
+// checkpointed before the period: a run of large values cannot grow the
+// log (and a restart's replay) without bound, nor the memory the writes
+// waiting for a checkpoint hold.
 func TestCheckpointByBytes(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	s, err := OpenBoltWith(dir, BoltOptions{CheckpointEvery: time.Hour, CheckpointOps: 1 << 30, CheckpointBytes: 64 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	big := strings.Repeat("x", 16<<10)
-	for i := range 8 { // 128 KiB of values: past the bound at the fourth
-		mustApply(t, s, put(Blobs, fmt.Sprint("b", i), big))
-	}
-	waitForCheckpoint(t, s, 8)
-	if got := collect(t, s, Blobs, nil); len(got) != 8 {
-		t.Fatalf("%d blobs", len(got))
-	}
-}
-
-// An overlay past CheckpointMemory is checkpointed before the period, the
-// log's size and key count notwithstanding: the memory the writes waiting
-// for a checkpoint hold is bounded in bytes.
-func TestCheckpointByMemory(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
-	s, err := OpenBoltWith(dir, BoltOptions{CheckpointEvery: time.Hour, CheckpointOps: 1 << 30, CheckpointBytes: 1 << 40, CheckpointMemory: 64 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	big := strings.Repeat("x", 16<<10)
-	for i := range 8 { // 128 KiB of values: past the bound at the fourth
-		mustApply(t, s, put(Blobs, fmt.Sprint("b", i), big))
-	}
-	waitForCheckpoint(t, s, 8)
-	if got := collect(t, s, Blobs, nil); len(got) != 8 {
-		t.Fatalf("%d blobs", len(got))
+	for name, opts := range map[string]BoltOptions{
+		"log":    {CheckpointBytes: 64 << 10, CheckpointMemory: 1 << 40},
+		"memory": {CheckpointBytes: 1 << 40, CheckpointMemory: 64 << 10},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			opts.CheckpointEvery, opts.CheckpointOps = time.Hour, 1<<30
+			s, err := OpenBoltWith(t.TempDir(), opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			big := strings.Repeat("x", 16<<10)
+			for i := range 8 { // 128 KiB of values: past the bound at the fourth
+				mustApply(t, s, put(Blobs, fmt.Sprint("b", i), big))
+			}
+			waitForCheckpoint(t, s, 8)
+			if got := collect(t, s, Blobs, nil); len(got) != 8 {
+				t.Fatalf("%d blobs", len(got))
+			}
+		})
 	}
 }
 
