@@ -108,7 +108,7 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Opt
 		StoreRecovered: recovered(st),
 		Context:        &contextmgr.Rewriter{},
 	})
-	if err := telemetry.RegisterRunStates(reg, p.Runs().Count); err != nil {
+	if err := errors.Join(telemetry.RegisterRunStates(reg, p.Runs().Count), telemetry.RegisterGCPauses(reg)); err != nil {
 		st.Close()
 		cancel()
 		return nil, fmt.Errorf("telemetry: %w", err)
@@ -264,7 +264,7 @@ func openStore(c config.Store, log *slog.Logger) (store.Store, accounting.Book, 
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	st, err := store.OpenBoltWith(c.DataDir, store.BoltOptions{Sync: sync, SyncEvery: c.SyncInterval, Logger: log})
+	st, err := store.OpenBoltWith(c.DataDir, store.BoltOptions{Sync: sync, SyncEvery: c.SyncInterval, CheckpointMemory: c.CheckpointMemory, Logger: log})
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -294,9 +294,10 @@ func recovered(st store.Store) bool {
 // sweepEvery is the period of the pipeline's sweeper: ended runs leave
 // memory within it after their retention (pipeline.Options.EndedRetention),
 // and overdue runs end within it after their deadline. Each sweep visits
-// every run in memory twice (BenchmarkEndedScan100k), so a shorter period
-// costs CPU at every load.
-const sweepEvery = 5 * time.Second
+// every run in memory twice (BenchmarkEndedScan100k), a cost that grows
+// with the runs in memory; a longer period would keep more ended runs
+// waiting to leave, which grows with the rate at which runs end.
+const sweepEvery = time.Second
 
 // adminHosts are the Host names the control plane answers to besides IP
 // literals and localhost: the configured ones and the listen address's name

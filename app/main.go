@@ -138,7 +138,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 	log := newLogger(cfg.Log, lw)
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	tuneGC(ctx, getenv)
+	if limit, source := tuneGC(ctx, getenv, cfg.Limits.MemoryBytes); limit > 0 {
+		log.Info("memory limit set: the collector works harder as the process nears it", "bytes", limit, "from", source)
+	}
 	if n := tuneProcs(getenv); n > 0 {
 		log.Info("one CPU: the Go scheduler runs two processors on it (GOMAXPROCS overrides)", "gomaxprocs", n)
 	}

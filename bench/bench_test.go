@@ -229,7 +229,7 @@ func TestShortProfiles(t *testing.T) {
 	for _, c := range []struct {
 		glob string
 		min  int
-	}{{"haltline-" + phase1000 + "-r1-*.pprof", 2}, {"haltline-" + phaseSat + "-r1-*.pprof", 1}, {"floor-*", 0}, {"direct-*", 0}} {
+	}{{"haltline-" + phase1000 + "-r1-*.pprof", 2}, {"haltline-" + phaseSat + "-r1-*.pprof", 1}, {"haltline-" + phaseSat + "-r1-*.heap", 1}, {"floor-*", 0}, {"direct-*", 0}} {
 		files, _ := filepath.Glob(filepath.Join(dir, c.glob))
 		if len(files) < c.min || (c.min == 0 && len(files) > 0) {
 			t.Errorf("%d files %s, want %d or more (none for a reference)", len(files), c.glob, c.min)
@@ -260,6 +260,38 @@ func TestShortProfiles(t *testing.T) {
 	}
 	if !gatewayCode {
 		t.Errorf("no saturation profile samples the gateway's proxy package: %q", files)
+	}
+}
+
+// TestSoakShort runs the soak's short mode: the gateway at a fixed rate for
+// 20 s, sampled every 2 s, the table printed and every request answered.
+// Its trends are not checked: seconds of a shared machine say nothing of
+// a leak.
+func TestSoakShort(t *testing.T) {
+	results := filepath.Join(t.TempDir(), "soak.json")
+	out := runHarness(t, "-short", "-soak", "20s", "-soak-every", "2s", "-soak-rate", "500", "-nginx", "off", "-json", results)
+	for _, want := range []string{"RSS MiB", "goroutines", "store MiB", "soak ran", "p99.9"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("soak output lacks %q\n%s", want, out)
+		}
+	}
+	raw, err := os.ReadFile(results)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Samples []soakSample `json:"samples"`
+		Result  phaseResult  `json:"result"`
+	}
+	if err := json.Unmarshal(raw, &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Samples) < 8 || got.Result.Requests < 1000 || got.Result.GCPauses == nil {
+		t.Fatalf("%d samples, %d requests, GC pauses %v", len(got.Samples), got.Result.Requests, got.Result.GCPauses)
+	}
+	last := got.Samples[len(got.Samples)-1]
+	if last.RSSKB == 0 || last.Goroutines == 0 || last.StoreBytes == 0 || last.Requests == 0 {
+		t.Fatalf("a sample without a figure: %+v", last)
 	}
 }
 

@@ -25,6 +25,9 @@ type target struct {
 	// gateway: a Haltline target (the first or a -variant), not a
 	// reference.
 	gateway bool
+	// peakKB is the proxy's peak RSS over the round so far, kept as each
+	// turn resets the process's own (startTurn).
+	peakKB int64
 }
 
 // phaseResult is one fixed-rate or closed-loop phase against one target.
@@ -38,9 +41,14 @@ type phaseResult struct {
 	P50us       float64  `json:"p50_us"`
 	P90us       float64  `json:"p90_us"`
 	P99us       float64  `json:"p99_us"`
+	P999us      float64  `json:"p99_9_us"`
 	MaxUs       float64  `json:"max_us"`
-	ProxyCPUus  float64  `json:"proxy_cpu_us_per_req,omitempty"`
-	MockCPUus   float64  `json:"mock_cpu_us_per_req"`
+	// PeakRSSKB is the proxy's peak RSS over the phase's turns (KiB);
+	// GCPauses a gateway's garbage collection pauses in them.
+	PeakRSSKB  int64     `json:"peak_rss_kb,omitempty"`
+	GCPauses   *gcPauses `json:"gc_pauses,omitempty"`
+	ProxyCPUus float64   `json:"proxy_cpu_us_per_req,omitempty"`
+	MockCPUus  float64   `json:"mock_cpu_us_per_req"`
 	// ProxySwitches is the proxy's context switches per request, over all
 	// its threads: how often it blocked or was put off a core. A count,
 	// it is steadier than CPU time on a shared machine, whose steal and
@@ -131,6 +139,11 @@ type phaseAcc struct {
 	// other targets take their turns, and is its own.
 	proxy0, proxy1 cpuSnap
 	turns          int
+	peakKB         int64
+	gc             *gcPauses
+	// onResult, when set, is told of each answer as it arrives (ok: a
+	// success), for a soak's samples.
+	onResult func(ok bool)
 }
 
 // addTurn adds the counters read before and after one turn.
@@ -161,6 +174,7 @@ func (a *phaseAcc) attack(ctx context.Context, c *http.Client, t *target, w *wor
 		a.states, a.runs = map[string]int{}, map[string]struct{}{}
 	}
 	a.lat = slices.Grow(a.lat, max(rate, 1000)*int(dur/time.Second+1))
+	probe := startTurn(ctx, c, t)
 	cpu0 := snapCPU(t)
 	start := time.Now()
 	requests, errs := 0, 0
@@ -173,7 +187,11 @@ func (a *phaseAcc) attack(ctx context.Context, c *http.Client, t *target, w *wor
 				w.answer(i)
 			}
 		}
-		if res.Error != "" || res.Code != http.StatusOK {
+		failed := res.Error != "" || res.Code != http.StatusOK
+		if a.onResult != nil {
+			a.onResult(!failed)
+		}
+		if failed {
 			errs++
 			if len(a.errSample) < 5 {
 				msg := res.Error
@@ -197,6 +215,7 @@ func (a *phaseAcc) attack(ctx context.Context, c *http.Client, t *target, w *wor
 	}
 	a.elapsed += time.Since(start)
 	cpu1 := snapCPU(t)
+	a.peakKB = max(a.peakKB, probe.end(ctx, &a.gc))
 	a.requests += requests
 	a.errors += errs
 	a.addTurn(cpu0, cpu1)
@@ -218,6 +237,8 @@ func (a *phaseAcc) result(t *target) phaseResult {
 		r.Throughput = float64(len(a.lat)) / a.elapsed.Seconds()
 	}
 	r.P50us, r.P90us, r.P99us, r.MaxUs = percentiles(a.lat)
+	r.P999us = quantile(a.lat, 0.999)
+	r.PeakRSSKB, r.GCPauses = a.peakKB, a.gc
 	if len(a.own) > 0 {
 		r.OwnP50us, _, r.OwnP99us, _ = percentiles(a.own)
 	}
@@ -237,17 +258,23 @@ func (a *phaseAcc) result(t *target) phaseResult {
 
 func (s *proc) addrURL() string { return "http://" + s.addr }
 
-// percentiles returns p50, p90, p99 and max in microseconds.
+// percentiles returns p50, p90, p99 and max in microseconds; d is left
+// sorted.
 func percentiles(d []time.Duration) (p50, p90, p99, mx float64) {
 	if len(d) == 0 {
 		return
 	}
 	slices.Sort(d)
-	at := func(q float64) float64 {
-		i := int(q*float64(len(d)-1) + 0.5)
-		return float64(d[i].Nanoseconds()) / 1e3
+	return quantile(d, 0.50), quantile(d, 0.90), quantile(d, 0.99), quantile(d, 1)
+}
+
+// quantile is the q-quantile of sorted durations, in microseconds.
+func quantile(sorted []time.Duration, q float64) float64 {
+	if len(sorted) == 0 {
+		return 0
 	}
-	return at(0.50), at(0.90), at(0.99), at(1)
+	i := int(q*float64(len(sorted)-1) + 0.5)
+	return float64(sorted[i].Nanoseconds()) / 1e3
 }
 
 // satLevel is one concurrency level of the saturation search.
@@ -274,6 +301,10 @@ type saturation struct {
 	Errors      int       `json:"errors"`
 	Requests    int       `json:"requests"`
 	ErrorSample []string  `json:"error_sample,omitempty"`
+	// Over every level and the hold: the proxy's peak RSS (KiB), a
+	// gateway's GC pauses.
+	PeakRSSKB int64     `json:"peak_rss_kb,omitempty"`
+	GCPauses  *gcPauses `json:"gc_pauses,omitempty"`
 }
 
 // saturate doubles the number of closed-loop workers until throughput stops
@@ -340,6 +371,8 @@ func (s *saturation) count(r phaseResult) {
 	s.Errors += r.Errors
 	s.Requests += r.Requests
 	s.ErrorSample = append(s.ErrorSample, r.ErrorSample...)
+	s.PeakRSSKB = max(s.PeakRSSKB, r.PeakRSSKB)
+	s.GCPauses = s.GCPauses.merge(r.GCPauses)
 }
 
 // take makes r's figures the saturation's.
@@ -351,13 +384,17 @@ func (s *saturation) take(r phaseResult) {
 // streamResult is the streamed-answer phase: one call at a time, so time to
 // first byte is the proxy's own delay and not queueing.
 type streamResult struct {
-	Requests    int      `json:"requests"`
-	Errors      int      `json:"errors"`
-	ErrorSample []string `json:"error_sample,omitempty"`
-	TTFBp50us   float64  `json:"ttfb_p50_us"`
-	TTFBp99us   float64  `json:"ttfb_p99_us"`
-	TotalP50us  float64  `json:"total_p50_us"`
-	TotalP99us  float64  `json:"total_p99_us"`
+	Requests    int       `json:"requests"`
+	Errors      int       `json:"errors"`
+	ErrorSample []string  `json:"error_sample,omitempty"`
+	TTFBp50us   float64   `json:"ttfb_p50_us"`
+	TTFBp99us   float64   `json:"ttfb_p99_us"`
+	TTFBp999us  float64   `json:"ttfb_p99_9_us"`
+	TotalP50us  float64   `json:"total_p50_us"`
+	TotalP99us  float64   `json:"total_p99_us"`
+	TotalP999us float64   `json:"total_p99_9_us"`
+	PeakRSSKB   int64     `json:"peak_rss_kb,omitempty"`
+	GCPauses    *gcPauses `json:"gc_pauses,omitempty"`
 }
 
 // streams measures n streamed calls: time to the first byte of the body (the
@@ -375,6 +412,8 @@ type streamAcc struct {
 	requests    int
 	errors      int
 	errSample   []string
+	peakKB      int64
+	gc          *gcPauses
 }
 
 // streams measures n more streamed calls, one at a time.
@@ -384,6 +423,8 @@ func (a *streamAcc) streams(ctx context.Context, c *http.Client, t *target, w *w
 		end = []byte(`"type":"message_stop"`)
 	}
 	buf := make([]byte, 32<<10)
+	probe := startTurn(ctx, c, t)
+	defer func() { a.peakKB = max(a.peakKB, probe.end(ctx, &a.gc)) }()
 	for i := 0; i < n; i++ {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -407,6 +448,8 @@ func (a *streamAcc) result() streamResult {
 	r := streamResult{Requests: a.requests, Errors: a.errors, ErrorSample: a.errSample}
 	r.TTFBp50us, _, r.TTFBp99us, _ = percentiles(a.ttfb)
 	r.TotalP50us, _, r.TotalP99us, _ = percentiles(a.total)
+	r.TTFBp999us, r.TotalP999us = quantile(a.ttfb, 0.999), quantile(a.total, 0.999)
+	r.PeakRSSKB, r.GCPauses = a.peakKB, a.gc
 	return r
 }
 

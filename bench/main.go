@@ -21,6 +21,7 @@
 //
 //	go run . -short                    # CI: a few seconds, no speed assertions
 //	go run . -json out/results.json    # full: 3 rounds, a few minutes
+//	go run . -soak 30m                 # the gateway at 1,000 req/s: memory, goroutines, store size over time
 //
 // The mock upstream and the floor proxy are this same binary started again
 // in another role (HALTLINE_BENCH_ROLE), so that each is a process of its
@@ -109,6 +110,12 @@ type options struct {
 	timeout     time.Duration
 	command     string
 	only        *regexp.Regexp
+	// -soak: the gateway alone at soakRate for soak, sampled every
+	// soakSample after soakWarm (soak.go).
+	soak       time.Duration
+	soakRate   int
+	soakSample time.Duration
+	soakWarm   time.Duration
 }
 
 // variantFlag collects -variant name[@binary]=args: more Haltline targets
@@ -176,9 +183,13 @@ func parseOptions(args []string) (options, error) {
 	fs.Var(&o.variants, "variant", "extra Haltline target name[@BINARY]=ARGS measured in the same run (repeatable), e.g. 'redis=--redis-url redis://127.0.0.1:6379', or another build: 'new@/tmp/gateway-new='")
 	fs.BoolVar(&o.anthropic, "anthropic", true, "also measure /v1/messages (Anthropic format)")
 	fs.BoolVar(&o.pin, "pin", true, "pin the load generator to CPU 0, the mock and the proxies to CPU 1")
-	fs.StringVar(&o.pprofDir, "pprof", "", "write the Haltline targets' CPU profiles to this directory, read from their /debug/pprof/profile while they are measured: one a turn of each fixed-rate phase, and one after the other, of -sat-step (at least 1 s) over a saturation search and of 1 s over a turn of streams, named TARGET-PHASE-rROUND-NNN.pprof (go tool pprof -top DIR/haltline-saturation-*.pprof); the sampling costs the gateway about 1 % of its CPU")
+	fs.StringVar(&o.pprofDir, "pprof", "", "write the Haltline targets' CPU profiles to this directory, read from their /debug/pprof/profile while they are measured: one a turn of each fixed-rate phase, and one after the other, of -sat-step (at least 1 s) over a saturation search and of 1 s over a turn of streams, named TARGET-PHASE-rROUND-NNN.pprof (go tool pprof -top DIR/haltline-saturation-*.pprof), each with the heap profile taken as it ends beside it, NNN.heap (go tool pprof -sample_index=inuse_space -top FILE); the sampling costs the gateway about 1 % of its CPU")
 	fs.StringVar(&o.jsonOut, "json", "", "write the results as JSON to this file (\"-\" for standard output)")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Minute, "hard bound on the whole run")
+	fs.DurationVar(&o.soak, "soak", 0, "run the soak instead of the phases: the gateway alone at -soak-rate for this long, its RSS, goroutines and store size sampled; fails when one trends upward (the last third's mean past the first third's, after the warm-up)")
+	fs.IntVar(&o.soakRate, "soak-rate", 1000, "the soak's rate (req/s, 2 KB chat requests)")
+	fs.DurationVar(&o.soakSample, "soak-every", 0, "the soak's sampling period (default: a minute, or a tenth of a soak shorter than 10 minutes)")
+	fs.DurationVar(&o.soakWarm, "soak-warmup", 0, "the soak's samples before this are left out of the trends (default: a tenth of the soak, at least one period)")
 	only := fs.String("only", "", "run only the phases whose names match this regular expression ("+strings.Join(phaseNames, ", ")+"), to profile or compare one; the report's other rows stay empty")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -210,6 +221,12 @@ func parseOptions(args []string) (options, error) {
 		def("slots", func() { o.slots = 128 })
 		def("timeout", func() { o.timeout = 2 * time.Minute })
 	}
+	if o.soak < 0 || o.soakRate < 1 || o.soakSample < 0 || o.soakWarm < 0 {
+		return o, fmt.Errorf("soak, soak-every and soak-warmup must not be negative, soak-rate must be positive")
+	}
+	if o.soak > 0 && !set["timeout"] {
+		o.timeout = o.soak + 5*time.Minute
+	}
 	if o.rounds < 1 || o.steps < 1 || o.slots < 1 || o.chunks < 1 || o.satMax < 1 || o.turns < 1 {
 		return o, fmt.Errorf("rounds, turns, steps, slots, chunks and sat-max must be positive")
 	}
@@ -233,6 +250,13 @@ func harnessMain(args []string) int {
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
+	if o.soak > 0 {
+		if err := runSoak(ctx, o, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			return 1
+		}
+		return 0
+	}
 	rep, err := run(ctx, o, os.Stdout)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)

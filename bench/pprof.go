@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -51,8 +52,15 @@ func (p *profiles) during(ctx context.Context, t *target, phase string, slice ti
 		for {
 			p.next[key]++
 			name := fmt.Sprintf("%s-r%d-%03d.pprof", key, p.round+1, p.next[key])
-			if err := p.fetch(ctx, t.proxy.admin, seconds, filepath.Join(p.dir, name)); err != nil {
+			if err := p.fetch(ctx, t.proxy.admin, fmt.Sprintf("profile?seconds=%d", seconds), seconds, filepath.Join(p.dir, name)); err != nil {
 				done <- fmt.Errorf("%s: CPU profile: %w", t.name, err)
+				return
+			}
+			// The heap as the slice ends: what the gateway holds under
+			// this load, beside where its CPU went.
+			heap := strings.TrimSuffix(name, ".pprof") + ".heap"
+			if err := p.fetch(ctx, t.proxy.admin, "heap", 0, filepath.Join(p.dir, heap)); err != nil {
+				done <- fmt.Errorf("%s: heap profile: %w", t.name, err)
 				return
 			}
 			select {
@@ -68,11 +76,12 @@ func (p *profiles) during(ctx context.Context, t *target, phase string, slice ti
 	return errors.Join(err, <-done)
 }
 
-// fetch writes one CPU profile of the given length to path.
-func (p *profiles) fetch(ctx context.Context, admin string, seconds int, path string) error {
+// fetch writes one profile, /debug/pprof/ENDPOINT, to path; seconds is
+// how long the endpoint samples before it answers.
+func (p *profiles) fetch(ctx context.Context, admin, endpoint string, seconds int, path string) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(seconds)*time.Second+30*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", admin, seconds), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s/debug/pprof/%s", admin, endpoint), nil)
 	if err != nil {
 		return err
 	}

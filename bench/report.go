@@ -41,8 +41,15 @@ type meta struct {
 // summary holds one target's figures: medians over rounds; overheads are
 // against direct and ratios against the floor, both taken within a round.
 type summary struct {
-	P50us         map[string]float64 `json:"p50_us"`
-	P99us         map[string]float64 `json:"p99_us"`
+	P50us  map[string]float64 `json:"p50_us"`
+	P99us  map[string]float64 `json:"p99_us"`
+	P999us map[string]float64 `json:"p99_9_us"`
+	// By phase (the fixed-rate ones, stream_API and saturation): the
+	// proxy's peak RSS (KiB), a gateway's GC pauses and the longest
+	// pause's bucket bound (µs).
+	PhaseRSSKB    map[string]float64 `json:"phase_peak_rss_kb,omitempty"`
+	GCPauses      map[string]float64 `json:"phase_gc_pauses,omitempty"`
+	GCMaxPauseUs  map[string]float64 `json:"phase_gc_max_pause_us,omitempty"`
 	AddedP50us    map[string]float64 `json:"added_p50_us,omitempty"`
 	AddedP99us    map[string]float64 `json:"added_p99_us,omitempty"`
 	OwnP50us      map[string]float64 `json:"own_overhead_p50_us,omitempty"` // gateways: their own report
@@ -179,7 +186,7 @@ func (r *report) summarise() {
 	}
 	r.Machine = medianMachine(rounds)
 	for _, name := range r.targets {
-		s := &summary{P50us: map[string]float64{}, P99us: map[string]float64{}, TTFBus: map[string]float64{},
+		s := &summary{P50us: map[string]float64{}, P99us: map[string]float64{}, P999us: map[string]float64{}, TTFBus: map[string]float64{},
 			StreamTotalUs: map[string]float64{}, RunStates: map[string]int{}}
 		proxy := name != "direct"
 		gw := slices.Contains(r.gateways, name)
@@ -198,6 +205,7 @@ func (r *report) summarise() {
 		for _, p := range r.phases {
 			s.P50us[p] = med(func(rd *round) float64 { return ph(rd, name, p).P50us })
 			s.P99us[p] = med(func(rd *round) float64 { return ph(rd, name, p).P99us })
+			s.P999us[p] = med(func(rd *round) float64 { return ph(rd, name, p).P999us })
 			if proxy {
 				s.AddedP50us[p] = med(func(rd *round) float64 { return ph(rd, name, p).P50us - ph(rd, "direct", p).P50us })
 				s.AddedP99us[p] = med(func(rd *round) float64 { return ph(rd, name, p).P99us - ph(rd, "direct", p).P99us })
@@ -231,6 +239,9 @@ func (r *report) summarise() {
 					return ratio(st(rd, name, api).TTFBp50us-st(rd, "direct", api).TTFBp50us, st(rd, "nginx", api).TTFBp50us-st(rd, "direct", api).TTFBp50us)
 				})
 			}
+		}
+		if proxy {
+			r.phaseMemory(s, name, med)
 		}
 		s.SatRPS = med(func(rd *round) float64 { return rd.Targets[name].Saturation.PeakRPS })
 		s.SatMockCPUus = med(func(rd *round) float64 { return rd.Targets[name].Saturation.MockCPUus })
@@ -422,7 +433,8 @@ func nanSafe(r *report) *report {
 		t.P50us, t.P99us, t.AddedP50us, t.AddedP99us = fix(s.P50us), fix(s.P99us), fix(s.AddedP50us), fix(s.AddedP99us)
 		t.RatioP50, t.RatioP99, t.TTFBus, t.AddedTTFBus = fix(s.RatioP50), fix(s.RatioP99), fix(s.TTFBus), fix(s.AddedTTFBus)
 		t.TTFBRatio, t.StreamTotalUs, t.AddedTotalUs = fix(s.TTFBRatio), fix(s.StreamTotalUs), fix(s.AddedTotalUs)
-		t.TTFBNginx = fix(s.TTFBNginx)
+		t.TTFBNginx, t.P999us = fix(s.TTFBNginx), fix(s.P999us)
+		t.PhaseRSSKB, t.GCPauses, t.GCMaxPauseUs = fix(s.PhaseRSSKB), fix(s.GCPauses), fix(s.GCMaxPauseUs)
 		t.CPU1000us, t.SatRPS, t.SatRatio, t.SatCPUus = round2(s.CPU1000us), round2(s.SatRPS), round2(s.SatRatio), round2(s.SatCPUus)
 		t.SatMockCPUus, t.PeakRSSKB = round2(s.SatMockCPUus), round2(s.PeakRSSKB)
 		t.Switches1000, t.SatSwitches = round2(s.Switches1000), round2(s.SatSwitches)
@@ -454,11 +466,11 @@ func (r *report) markdown(w io.Writer) {
 	// Absolute latencies.
 	fmt.Fprint(w, "| latency (µs) |")
 	for _, t := range r.targets {
-		fmt.Fprintf(w, " %s p50 | %s p99 |", t, t)
+		fmt.Fprintf(w, " %s p50 | %s p99 | %s p99.9 |", t, t, t)
 	}
 	fmt.Fprint(w, " servers' CPU stolen, % (rounds) |\n|---|")
 	for range r.targets {
-		fmt.Fprint(w, "---:|---:|")
+		fmt.Fprint(w, "---:|---:|---:|")
 	}
 	fmt.Fprintln(w, "---:|")
 	for _, p := range r.phases {
@@ -467,10 +479,11 @@ func (r *report) markdown(w io.Writer) {
 		}
 		fmt.Fprintf(w, "| %s |", phaseLabel(p))
 		for _, t := range r.targets {
-			fmt.Fprintf(w, " %s | %s |", num(r.Summary[t].P50us[p]), num(r.Summary[t].P99us[p]))
+			fmt.Fprintf(w, " %s | %s | %s |", num(r.Summary[t].P50us[p]), num(r.Summary[t].P99us[p]), num(r.Summary[t].P999us[p]))
 		}
 		fmt.Fprintf(w, " %s |\n", r.stolen(p))
 	}
+	r.memoryTable(w)
 	fmt.Fprint(w, "\nServers' CPU stolen by the hypervisor (%, rounds) during the streams:")
 	for i, api := range r.apis {
 		if i > 0 {
@@ -675,4 +688,93 @@ func holdNote(hold string) string {
 		return " The saturation figures are each search's best level."
 	}
 	return " The saturation figures are read over each search's best concurrency held " + hold + " after it."
+}
+
+// memoryPhases are the phases the memory table has rows for, in order.
+func (r *report) memoryPhases() []string {
+	var out []string
+	for _, p := range r.phases {
+		out = append(out, p)
+	}
+	for _, api := range r.apis {
+		out = append(out, "stream_"+api)
+	}
+	out = append(out, phaseSat)
+	var ran []string
+	for _, p := range out {
+		if r.opts.runs(p) {
+			ran = append(ran, p)
+		}
+	}
+	return ran
+}
+
+// phaseMemory fills a proxy's peak RSS and GC pauses by phase: medians
+// over the rounds.
+func (r *report) phaseMemory(s *summary, name string, med func(func(rd *round) float64) float64) {
+	s.PhaseRSSKB, s.GCPauses, s.GCMaxPauseUs = map[string]float64{}, map[string]float64{}, map[string]float64{}
+	of := func(rd *round, p string) (int64, *gcPauses) {
+		t := rd.Targets[name]
+		switch {
+		case p == phaseSat:
+			return t.Saturation.PeakRSSKB, t.Saturation.GCPauses
+		case strings.HasPrefix(p, "stream_"):
+			st := t.Streams[strings.TrimPrefix(p, "stream_")]
+			return st.PeakRSSKB, st.GCPauses
+		}
+		ph := t.Phases[p]
+		return ph.PeakRSSKB, ph.GCPauses
+	}
+	for _, p := range r.memoryPhases() {
+		s.PhaseRSSKB[p] = med(func(rd *round) float64 { kb, _ := of(rd, p); return float64(kb) })
+		if !slices.Contains(r.gateways, name) {
+			continue
+		}
+		s.GCPauses[p] = med(func(rd *round) float64 {
+			if _, gc := of(rd, p); gc != nil {
+				return float64(gc.Count)
+			}
+			return math.NaN()
+		})
+		s.GCMaxPauseUs[p] = med(func(rd *round) float64 {
+			if _, gc := of(rd, p); gc != nil {
+				return gc.longest()
+			}
+			return math.NaN()
+		})
+	}
+}
+
+// memoryTable writes the proxies' peak RSS by phase and the gateways' GC
+// pauses: how many, and the bound of the longest.
+func (r *report) memoryTable(w io.Writer) {
+	phases := r.memoryPhases()
+	if len(phases) == 0 {
+		return
+	}
+	fmt.Fprint(w, "\n| peak RSS (MiB) · GC pauses · longest pause ≤ (µs) |")
+	var cols []string
+	for _, t := range r.targets {
+		if t != "direct" {
+			cols = append(cols, t)
+			fmt.Fprintf(w, " %s |", t)
+		}
+	}
+	fmt.Fprint(w, "\n|---|")
+	for range cols {
+		fmt.Fprint(w, "---:|")
+	}
+	fmt.Fprintln(w)
+	for _, p := range phases {
+		fmt.Fprintf(w, "| %s |", phaseLabel(p))
+		for _, t := range cols {
+			s := r.Summary[t]
+			fmt.Fprintf(w, " %s", num(s.PhaseRSSKB[p]/1024))
+			if slices.Contains(r.gateways, t) {
+				fmt.Fprintf(w, " · %s · %s", num(s.GCPauses[p]), num(s.GCMaxPauseUs[p]))
+			}
+			fmt.Fprint(w, " |")
+		}
+		fmt.Fprintln(w)
+	}
 }

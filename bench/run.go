@@ -223,7 +223,7 @@ func runRound(ctx context.Context, o options, pl *placement, dir, bin string, ng
 			continue
 		}
 		res := rd.Targets[t.name]
-		res.PeakRSSKB = peakRSS(t.proxy.pid())
+		res.PeakRSSKB = max(peakRSS(t.proxy.pid()), t.peakKB)
 		if done, perr := t.proxy.exited(); done {
 			res.Crashed = fmt.Sprintf("exited during the round: %v\n%s", perr, t.proxy.tail(30))
 		}
@@ -336,8 +336,8 @@ func measureRound(ctx context.Context, o options, c *http.Client, targets []*tar
 		for i, t := range targets {
 			r := accs[i].result(t)
 			rd.Targets[t.name].Phases[ph.name] = r
-			fmt.Fprintf(out, "  %-9s %-22s %6d req  %3d err  p50 %7.0f µs  p99 %7.0f µs  proxy CPU %5.1f µs/req, %4.1f switches/req%s\n",
-				t.name, ph.name, r.Requests, r.Errors, r.P50us, r.P99us, r.ProxyCPUus, r.ProxySwitches, errNote(r.ErrorSample))
+			fmt.Fprintf(out, "  %-9s %-22s %6d req  %3d err  p50 %7.0f µs  p99 %7.0f µs  p99.9 %7.0f µs  proxy CPU %5.1f µs/req, %4.1f switches/req%s%s\n",
+				t.name, ph.name, r.Requests, r.Errors, r.P50us, r.P99us, r.P999us, r.ProxyCPUus, r.ProxySwitches, memNote(r.PeakRSSKB, r.GCPauses), errNote(r.ErrorSample))
 		}
 	}
 	apis := []string{apiOpenAI}
@@ -370,8 +370,8 @@ func measureRound(ctx context.Context, o options, c *http.Client, targets []*tar
 		for i, t := range targets {
 			r := accs[i].result()
 			rd.Targets[t.name].Streams[api] = r
-			fmt.Fprintf(out, "  %-9s %-22s %6d req  %3d err  TTFB p50 %6.0f µs  total p50 %7.0f µs%s\n",
-				t.name, "stream_"+api+"_"+strconv.Itoa(o.chunks), r.Requests, r.Errors, r.TTFBp50us, r.TotalP50us, errNote(r.ErrorSample))
+			fmt.Fprintf(out, "  %-9s %-22s %6d req  %3d err  TTFB p50 %6.0f µs  p99.9 %6.0f µs  total p50 %7.0f µs%s%s\n",
+				t.name, "stream_"+api+"_"+strconv.Itoa(o.chunks), r.Requests, r.Errors, r.TTFBp50us, r.TTFBp999us, r.TotalP50us, memNote(r.PeakRSSKB, r.GCPauses), errNote(r.ErrorSample))
 		}
 	}
 	if !o.runs(phaseSat) {
@@ -402,13 +402,25 @@ func measureRound(ctx context.Context, o options, c *http.Client, targets []*tar
 			if sat.Held != nil {
 				held = fmt.Sprintf(" (held %.0f s; the search's best %.0f req/s, %.1f µs/req)", sat.Held.Result.Seconds, sat.SearchRPS, sat.SearchCPUus)
 			}
-			fmt.Fprintf(out, "  %-9s %-22s %6d req  %3d err  peak %7.0f req/s at %d workers, proxy CPU %5.1f µs/req, %4.1f switches/req, mock %5.1f µs/req%s%s\n",
-				t.name, "saturation", sat.Requests, sat.Errors, sat.PeakRPS, sat.PeakConc, sat.ProxyCPUus, sat.ProxySwitches, sat.MockCPUus, held, errNote(sat.ErrorSample))
+			fmt.Fprintf(out, "  %-9s %-22s %6d req  %3d err  peak %7.0f req/s at %d workers, proxy CPU %5.1f µs/req, %4.1f switches/req, mock %5.1f µs/req%s%s%s\n",
+				t.name, "saturation", sat.Requests, sat.Errors, sat.PeakRPS, sat.PeakConc, sat.ProxyCPUus, sat.ProxySwitches, sat.MockCPUus, held, memNote(sat.PeakRSSKB, sat.GCPauses), errNote(sat.ErrorSample))
 			quiesce(ctx, t)
 		}
 		return nil
 	})
 	return err
+}
+
+// memNote is a phase's peak RSS and GC pauses, for the per-phase lines.
+func memNote(peakKB int64, gc *gcPauses) string {
+	s := ""
+	if peakKB > 0 {
+		s += fmt.Sprintf(", peak RSS %.0f MiB", float64(peakKB)/1024)
+	}
+	if gc != nil {
+		s += fmt.Sprintf(", %d GC pauses ≤ %s µs", gc.Count, num(gc.longest()))
+	}
+	return s
 }
 
 func errNote(sample []string) string {

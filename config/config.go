@@ -146,6 +146,11 @@ type Store struct {
 	Sync string `yaml:"sync"`
 	// SyncInterval is the fsync period of "interval" (default 100ms).
 	SyncInterval time.Duration `yaml:"sync_interval"`
+	// CheckpointMemory bounds the memory, in bytes, held by the embedded
+	// store's writes not yet checkpointed into its bbolt file: a
+	// checkpoint starts once they pass it, before its period (default
+	// 16 MiB, at least 1 MiB).
+	CheckpointMemory int64 `yaml:"checkpoint_memory"`
 	// Retention is how long a run is kept after it ended (default 720h,
 	// 30 days); 0 keeps every run.
 	Retention time.Duration `yaml:"retention"`
@@ -157,6 +162,12 @@ type Store struct {
 
 // Limits bound sizes and waits.
 type Limits struct {
+	// MemoryBytes is the Go runtime's soft memory limit
+	// (runtime/debug.SetMemoryLimit): the collector works harder as the
+	// process nears it. 0 (the default) takes GOMEMLIMIT when set, else
+	// 90 % of the container's memory limit (cgroup memory.max) when there
+	// is one, else none. At least 64 MiB when set.
+	MemoryBytes int64 `yaml:"memory_bytes"`
 	// MaxBodyBytes bounds a request body (413 beyond); default 32 MiB.
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
 	// MaxBodyBytesInFlight bounds the bytes of model-call request bodies
@@ -224,7 +235,8 @@ func Default() Config {
 			Anthropic: Provider{BaseURL: "https://api.anthropic.com", APIKeyEnv: "ANTHROPIC_API_KEY"},
 		},
 		PolicyMemoBytes: 8 << 20,
-		Store:           Store{DataDir: "./haltline-data", Sync: "interval", SyncInterval: 100 * time.Millisecond, Retention: 720 * time.Hour, ReadCacheBytes: 32 << 20},
+		Store: Store{DataDir: "./haltline-data", Sync: "interval", SyncInterval: 100 * time.Millisecond, Retention: 720 * time.Hour,
+			ReadCacheBytes: 32 << 20, CheckpointMemory: store.DefaultCheckpointMemory},
 		Limits: Limits{
 			MaxBodyBytes:         32 << 20,
 			MaxBodyBytesInFlight: 256 << 20,
@@ -362,6 +374,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Store.SyncInterval < 0 {
 		errs = append(errs, errors.New("store.sync_interval: must be positive"))
+	}
+	if c.Store.CheckpointMemory < 1<<20 {
+		errs = append(errs, errors.New("store.checkpoint_memory: must be at least 1 MiB (1048576)"))
+	}
+	if c.Limits.MemoryBytes != 0 && c.Limits.MemoryBytes < 64<<20 {
+		errs = append(errs, errors.New("limits.memory_bytes: must be 0 (from GOMEMLIMIT or the container's limit) or at least 64 MiB (67108864)"))
 	}
 	if c.Store.Retention < 0 || (c.Store.Retention > 0 && c.Store.Retention < time.Hour) {
 		errs = append(errs, errors.New("store.retention: must be 0 (keep every run) or at least 1h"))

@@ -64,7 +64,7 @@ tools:
 virtual_keys:
   sk-red-1: {tenant: acme, team: red, user: alice}
 limits: {upstream_timeout: 45s, header_timeout: 5s, max_connections_per_ip: 64}
-store: {retention: 168h, read_cache_bytes: 1048576}
+store: {retention: 168h, read_cache_bytes: 1048576, checkpoint_memory: 8388608}
 policy_memo_bytes: 0
 `))
 	if err != nil {
@@ -88,7 +88,8 @@ policy_memo_bytes: 0
 		c.Limits.HeaderTimeout != 5*time.Second || c.Limits.MaxConnectionsPerIP != 64 || c.Limits.MaxConnections != 10000 {
 		t.Fatalf("limits %+v", c.Limits)
 	}
-	if c.Store.Retention != 7*24*time.Hour || c.Store.DataDir != "./haltline-data" || c.Store.ReadCacheBytes != 1<<20 || c.PolicyMemoBytes != 0 {
+	if c.Store.Retention != 7*24*time.Hour || c.Store.DataDir != "./haltline-data" || c.Store.ReadCacheBytes != 1<<20 || c.PolicyMemoBytes != 0 ||
+		c.Store.CheckpointMemory != 8<<20 || c.Limits.MemoryBytes != 0 {
 		t.Fatalf("store %+v, policy memo %d", c.Store, c.PolicyMemoBytes)
 	}
 	if d := Default(); d.Store.ReadCacheBytes != 32<<20 || d.PolicyMemoBytes != 8<<20 {
@@ -116,13 +117,16 @@ func TestValidateReportsEverything(t *testing.T) {
 	c.Limits.MaxDrainBytes = -1
 	c.Store.ReadCacheBytes = -1
 	c.PolicyMemoBytes = -1
+	c.Store.CheckpointMemory = 4096
+	c.Limits.MemoryBytes = 1 << 20
 	err := c.Validate()
 	if err == nil {
 		t.Fatal("want errors")
 	}
 	for _, want := range []string{"listen", "providers.openai.base_url", "tools.t", "virtual_keys.sk-sec", "store.sync:", "store.sync_interval", "store.retention",
 		"admin.allowed_hosts", `admin.allowed_origins: "console.example"`, `admin.allowed_origins: "https://console.example/ui/"`,
-		"limits.max_connections:", "limits.header_timeout", "limits.max_drain_bytes", "store.read_cache_bytes", "policy_memo_bytes"} {
+		"limits.max_connections:", "limits.header_timeout", "limits.max_drain_bytes", "store.read_cache_bytes", "policy_memo_bytes",
+		"store.checkpoint_memory", "limits.memory_bytes"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("missing %q in %v", want, err)
 		}

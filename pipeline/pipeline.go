@@ -134,10 +134,11 @@ type Options struct {
 	// the model's window (a template: its Blob is set per run).
 	Context *contextmgr.Rewriter
 	// EndedRetention is how long an ended run stays in memory when a store
-	// holds it (default 3 s, and up to a sweeper period more); later calls
+	// holds it (default 1 s, and up to a sweeper period more); later calls
 	// load it back. Kept short because every ended run in memory is heap
-	// the collector marks on each cycle: at saturation, 30 s of them were
-	// most of the live heap and doubled the collector's share of the CPU.
+	// the collector marks on each cycle, and memory that grows with the
+	// rate at which runs end: at a high rate, ended runs waiting to leave
+	// can be most of the live heap.
 	EndedRetention time.Duration
 	// StoreRecovered says the store replayed a log its previous process
 	// left (store.Bolt.Recovered): that process crashed, and the runs it
@@ -227,7 +228,7 @@ func New(o Options) *Pipeline {
 		o.Lease = 15 * time.Minute
 	}
 	if o.EndedRetention <= 0 {
-		o.EndedRetention = 3 * time.Second
+		o.EndedRetention = time.Second
 	}
 	p := &Pipeline{
 		opts: o, book: o.Book, runs: o.Runs, pol: o.Policy, catalog: o.Catalog, obs: o.Observer,

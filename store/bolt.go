@@ -18,6 +18,9 @@ import (
 // MaxBatch bounds the ops committed in one transaction.
 const MaxBatch = 4096
 
+// DefaultCheckpointMemory is BoltOptions.CheckpointMemory's default.
+const DefaultCheckpointMemory = 16 << 20
+
 // Sync says when a write counts as committed.
 type Sync int
 
@@ -62,6 +65,15 @@ type BoltOptions struct {
 	CheckpointEvery time.Duration
 	CheckpointOps   int
 	CheckpointBytes int64
+	// CheckpointMemory bounds, in bytes, the memory the writes not yet in
+	// the bbolt file hold (the overlay: keys, values and the maps'
+	// entries; default DefaultCheckpointMemory): a checkpoint starts once
+	// the overlay taking new writes passes it. The period and the log's
+	// size bound the same writes in time and on disk; this bound is what
+	// keeps the process's memory flat at any write rate. While a
+	// checkpoint runs, the overlay it writes out is held as well, so the
+	// overlays' total stays under about twice this.
+	CheckpointMemory int64
 	// CheckpointTxOps is the most keys one bbolt transaction of a
 	// checkpoint takes (default 2048): a bound on how long a checkpoint
 	// holds a core without yielding, at the cost of a commit (two fsyncs,
@@ -84,6 +96,9 @@ func (o *BoltOptions) defaults() {
 	}
 	if o.CheckpointBytes <= 0 {
 		o.CheckpointBytes = 32 << 20
+	}
+	if o.CheckpointMemory <= 0 {
+		o.CheckpointMemory = DefaultCheckpointMemory
 	}
 	if o.CheckpointTxOps <= 0 {
 		o.CheckpointTxOps = 2048
@@ -279,7 +294,7 @@ func replayLog(db *bolt.DB, dir string) (next uint64, replayed int, err error) {
 			err = fmt.Errorf("%s changed while the store opened", filepath.Base(segmentPath(dir, seq)))
 		}
 		if err == nil {
-			err = putOverlays(db, []*overlay{o}, 0, &keys, nil)
+			err = putOverlays(db, []*overlay{o}, 0, &keys, nil, nil)
 		}
 		if err != nil {
 			return 0, 0, fmt.Errorf("segment %d: %w", seq, err)
@@ -334,7 +349,7 @@ func (s *Bolt) commit(batches [][]Op) error {
 	if s.onCommit != nil {
 		s.onCommit(batches)
 	}
-	full := s.active.ops >= s.opts.CheckpointOps || s.seg.size >= s.opts.CheckpointBytes
+	full := s.active.ops >= s.opts.CheckpointOps || s.seg.size >= s.opts.CheckpointBytes || s.active.bytes >= s.opts.CheckpointMemory
 	s.ovMu.Unlock()
 	s.walMu.Unlock()
 	if full {
@@ -483,6 +498,7 @@ func (s *Bolt) checkpoint() error {
 	if err != nil {
 		return fmt.Errorf("store checkpoint: %w", err)
 	}
+	releaseMapped(s.db)
 	s.ovMu.Lock()
 	sealed := s.sealed
 	s.frozen, s.sealed = s.frozen[len(frozen):], nil
@@ -526,14 +542,15 @@ func yieldToCalls() { time.Sleep(time.Microsecond) }
 // one (each key's last write wins, as in one transaction).
 func (s *Bolt) commitOverlays(frozen []*overlay) error {
 	return guard(s.dir, func() error {
-		return putOverlays(s.db, frozen, s.opts.CheckpointTxOps, &s.ckKeys, yieldToCalls)
+		return putOverlays(s.db, frozen, s.opts.CheckpointTxOps, &s.ckKeys, yieldToCalls, func() { releaseMapped(s.db) })
 	})
 }
 
 // putOverlays writes the overlays into db, oldest first, in transactions of
-// at most txOps keys (0: one transaction), calling yield between some.
-// keys is a buffer it may reuse.
-func putOverlays(db *bolt.DB, frozen []*overlay, txOps int, keys *[]string, yield func()) error {
+// at most txOps keys (0: one transaction), calling yield between some and
+// committed, when set, after each transaction but the last (between two
+// write transactions: see releaseMapped). keys is a buffer it may reuse.
+func putOverlays(db *bolt.DB, frozen []*overlay, txOps int, keys *[]string, yield, committed func()) error {
 	tx, err := db.Begin(true)
 	if err != nil {
 		return err
@@ -571,6 +588,9 @@ func putOverlays(db *bolt.DB, frozen []*overlay, txOps int, keys *[]string, yiel
 				case txOps > 0 && n%txOps == 0:
 					if err := tx.Commit(); err != nil {
 						return err
+					}
+					if committed != nil {
+						committed()
 					}
 					if yield != nil {
 						yield()

@@ -14,9 +14,10 @@
 // which bounds what a power loss can take; under SyncAlways it is
 // acknowledged after the log's fsync. A background checkpoint moves the
 // log into the bbolt file (bbolt's own fsyncs, off the call path) on a
-// period, or sooner once the log holds too many keys or bytes, and deletes
-// the segments it absorbed; until then reads see the
-// log's writes through an in-memory overlay. Opening the store replays the
+// period, or sooner once the log holds too many keys or bytes or the
+// overlay too much memory (CheckpointMemory), and deletes the segments it
+// absorbed; until then reads see the log's writes through an in-memory
+// overlay. Opening the store replays the
 // segments a previous process left, so a crash between a commit and its
 // checkpoint loses nothing.
 //

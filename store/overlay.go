@@ -18,7 +18,15 @@ type overlay struct {
 	// the retention sweep's deletes.
 	byRun map[Bucket]map[string][]string
 	ops   int // distinct keys
+	// bytes estimates the memory the overlay holds: its keys, its values'
+	// arrays (the callers' slices, kept whole) and entryBytes a key.
+	bytes int64
 }
+
+// entryBytes is an overlay entry's cost besides its key's and its value's
+// bytes: the map's slot (a string and a slice header, its share of the
+// buckets) and the key's place in byRun.
+const entryBytes = 80
 
 func newOverlay() *overlay {
 	return &overlay{buckets: map[Bucket]map[string][]byte{}, byRun: map[Bucket]map[string][]string{}}
@@ -57,11 +65,14 @@ func (o *overlay) put(op Op) {
 	// (Store.Apply): kept as they are, not copied.
 	n := len(m)
 	key := unsafe.String(unsafe.SliceData(op.Key), len(op.Key))
+	old := m[key]
 	m[key] = op.Value
+	o.bytes += int64(cap(op.Value) - cap(old))
 	if len(m) == n {
-		return // a rewrite
+		return // a rewrite: the first write's key stays
 	}
 	o.ops++
+	o.bytes += int64(len(key)) + entryBytes
 	if i := strings.IndexByte(key, 0); i >= 0 {
 		g := o.byRun[op.Bucket]
 		if g == nil {

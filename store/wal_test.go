@@ -316,23 +316,52 @@ func waitForCheckpoint(t *testing.T, s *Bolt, n int) {
 	}
 }
 
-// A log past CheckpointBytes is checkpointed before the period: a run of
-// large values cannot grow the log (and a restart's replay) without bound.
+// A log past CheckpointBytes, or an overlay past CheckpointMemory, is
+// checkpointed before the period: a run of large values cannot grow the
+// log (and a restart's replay) without bound, nor the memory the writes
+// waiting for a checkpoint hold.
 func TestCheckpointByBytes(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	s, err := OpenBoltWith(dir, BoltOptions{CheckpointEvery: time.Hour, CheckpointOps: 1 << 30, CheckpointBytes: 64 << 10})
-	if err != nil {
-		t.Fatal(err)
+	for name, opts := range map[string]BoltOptions{
+		"log":    {CheckpointBytes: 64 << 10, CheckpointMemory: 1 << 40},
+		"memory": {CheckpointBytes: 1 << 40, CheckpointMemory: 64 << 10},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			opts.CheckpointEvery, opts.CheckpointOps = time.Hour, 1<<30
+			s, err := OpenBoltWith(t.TempDir(), opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			big := strings.Repeat("x", 16<<10)
+			for i := range 8 { // 128 KiB of values: past the bound at the fourth
+				mustApply(t, s, put(Blobs, fmt.Sprint("b", i), big))
+			}
+			waitForCheckpoint(t, s, 8)
+			if got := collect(t, s, Blobs, nil); len(got) != 8 {
+				t.Fatalf("%d blobs", len(got))
+			}
+		})
 	}
-	defer s.Close()
-	big := strings.Repeat("x", 16<<10)
-	for i := range 8 { // 128 KiB of values: past the bound at the fourth
-		mustApply(t, s, put(Blobs, fmt.Sprint("b", i), big))
+}
+
+// The overlay's estimate of its memory counts each key once and each
+// value's array, a rewrite replacing the value it drops.
+func TestOverlayBytes(t *testing.T) {
+	o := newOverlay()
+	o.put(Op{Bucket: Runs, Key: []byte("run"), Value: make([]byte, 100)})
+	if want := int64(3 + 100 + entryBytes); o.bytes != want {
+		t.Fatalf("one key: %d bytes, want %d", o.bytes, want)
 	}
-	waitForCheckpoint(t, s, 8)
-	if got := collect(t, s, Blobs, nil); len(got) != 8 {
-		t.Fatalf("%d blobs", len(got))
+	o.put(Op{Bucket: Runs, Key: []byte("run"), Value: make([]byte, 10, 40)})
+	if want := int64(3 + 40 + entryBytes); o.bytes != want {
+		t.Fatalf("rewritten: %d bytes, want %d", o.bytes, want)
+	}
+	o.put(Op{Bucket: Runs, Key: []byte("run")}) // a delete
+	o.put(Op{Bucket: Events, Key: []byte("run\x00\x01"), Value: make([]byte, 7)})
+	if want := int64(3+entryBytes) + int64(5+7+entryBytes); o.bytes != want {
+		t.Fatalf("deleted, and another key: %d bytes, want %d", o.bytes, want)
 	}
 }
 
