@@ -41,21 +41,30 @@ func (p *Pipeline) Begin(ctx context.Context, call *Call, codec wire.Codec) *Tur
 		return t
 	}
 	// identify
-	r, created, err := p.identify(ctx, call, &t.Req)
+	r, created, named, err := p.identify(ctx, call, &t.Req)
 	if err != nil {
 		t.Answer = errorAnswer(codec, wire.ErrUnavailable, "run store unavailable, retry later", nil)
 		return t
 	}
-	t.run = r
 	// lock: the run's transaction, up to date with the store
-	tx, err := p.tx.Open(ctx, r, runtx.Need{Ledger: true})
-	if err != nil {
-		p.unavailable(t, err)
-		return t
+	var tx runtx.Tx
+	if named != "" {
+		if tx, r, created, err = p.openNamed(ctx, call, named); err != nil {
+			p.namedUnavailable(t, named, err)
+			return t
+		}
+		t.run = r
+	} else {
+		t.run = r
+		if tx, err = p.tx.Open(ctx, r, runtx.Need{Ledger: true}); err != nil {
+			p.unavailable(t, err)
+			return t
+		}
 	}
-	t.ledgerAtLock = tx.Ledger()
+	t.ledgerAtLock, t.ledgerReadAtLock = tx.Ledger(), tx.LedgerRead()
 	// govern, admit, rewrite
 	p.beginLocked(ctx, t, r, created)
+	p.makeLedgersLeft(ctx, t, r)
 	p.recordBegin(t, r)
 	// commit
 	t.committing = tx.Commit(p.beginCommit(t, r, created)).Landed()
@@ -93,7 +102,10 @@ func (p *Pipeline) beginLocked(ctx context.Context, t *Turn, r *runstate.Run, cr
 	now := p.now()
 	call, codec := t.Call, t.codec
 	if r.Ext == nil {
-		g, ensured, err := p.govern(ctx, r, call)
+		// The lock read that the run's ledger does not exist: its
+		// reservation can make it (Turn.ahead).
+		later := t.ledgerReadAtLock && t.ledgerAtLock == nil
+		g, ensured, ahead, err := p.govern(ctx, r, call, later)
 		if err != nil {
 			var bad badRequest
 			var missing notFound
@@ -112,6 +124,7 @@ func (p *Pipeline) beginLocked(ctx context.Context, t *Turn, r *runstate.Run, cr
 			return
 		}
 		r.Ext = g
+		t.ahead = ahead
 		if ensured != nil {
 			t.ledgerAtLock = ensured // the lock found no ledger: it did not exist yet
 		}
@@ -244,6 +257,18 @@ func (p *Pipeline) unavailable(t *Turn, err error) bool {
 	return true
 }
 
+// namedUnavailable refuses a call whose run, named and not held here,
+// could not be had (openNamed): its lock, as unavailable does, or its
+// stored state.
+func (p *Pipeline) namedUnavailable(t *Turn, id string, err error) {
+	msg := "budget store unavailable, retry later"
+	if runtx.IsStale(err) {
+		msg = "run store unavailable, retry later"
+	}
+	p.log.Error(msg, "run_id", runstate.NameOf(id), "tenant", runstate.TenantOf(id), "err", err)
+	t.Answer = errorAnswer(t.codec, wire.ErrUnavailable, msg, nil)
+}
+
 // reserve books the call's worst case against every ledger it draws on.
 // A call that does not fit the working budget first goes on with its output
 // cap lowered to what fits (capOutput); below the floor it becomes the run's
@@ -285,6 +310,9 @@ func (p *Pipeline) reserve(ctx context.Context, t *Turn, g *governance, maxOut i
 	} else if t.run.ParentID != "" && len(g.ledgers) > 1 && !reject {
 		// A sub-agent's last step may be its parent's: the steps left on
 		// every ledger it draws on, this call's included.
+		if err := p.makeLedgers(ctx, t); err != nil {
+			return p.unavailable(t, err)
+		}
 		room, err := p.book.Headroom(ctx, g.ledgers, true, now)
 		if err != nil {
 			return p.unavailable(t, err)
@@ -306,7 +334,7 @@ func (p *Pipeline) reserve(ctx context.Context, t *Turn, g *governance, maxOut i
 		}
 	}
 	if wrapLine == "" && !reject {
-		line, err := p.softLine(ctx, g, lim.SoftWrapUp, now)
+		line, err := p.softLine(ctx, t, g, lim.SoftWrapUp, now)
 		if err != nil {
 			return p.unavailable(t, err)
 		}
@@ -320,11 +348,20 @@ func (p *Pipeline) reserve(ctx context.Context, t *Turn, g *governance, maxOut i
 		var res *accounting.Hold
 		var short *accounting.Shortfall
 		var err error
-		if hr, ok := p.book.(headroomReserver); ok && t.Req.Stream {
+		ar, ahead := p.book.(ensureAheadReserver)
+		hr, reads := p.book.(headroomReserver)
+		switch {
+		case ahead && t.ahead != nil:
+			// The run's ledgers are made in the reservation's round trip.
+			res, short, t.headroom, t.headroomRead, err = ar.ReserveEnsuring(ctx, t.ahead, now, g.ledgers, want, false, p.opts.Lease, now, t.Req.Stream, true)
+			if err == nil {
+				t.ahead = nil
+			}
+		case reads && t.Req.Stream:
 			// A stream's headers go out before its settlement; an answer
 			// given whole has its headroom read with the settlement.
 			res, short, t.headroom, t.headroomRead, err = hr.ReserveHeadroom(ctx, g.ledgers, want, false, p.opts.Lease, now, true)
-		} else {
+		default:
 			res, short, err = p.book.Reserve(ctx, g.ledgers, want, false, p.opts.Lease, now)
 		}
 		if err != nil {
@@ -350,6 +387,9 @@ func (p *Pipeline) reserve(ctx context.Context, t *Turn, g *governance, maxOut i
 	}
 	// Wrap-up: the output is capped so that the worst case fits what remains,
 	// final reserve included.
+	if err := p.makeLedgers(ctx, t); err != nil {
+		return p.unavailable(t, err)
+	}
 	head, err := p.book.Headroom(ctx, g.ledgers, true, now)
 	if err != nil {
 		return p.unavailable(t, err)
@@ -492,15 +532,48 @@ func (p *Pipeline) runLedger(ctx context.Context, t *Turn, g *governance, now ti
 	if l := t.ledgerAtLock; l != nil && g.ledger == runLedgerPrefix+t.run.ID {
 		return l.Spent, l.Reserved, nil
 	}
+	if err := p.makeLedgers(ctx, t); err != nil {
+		return spent, reserved, err
+	}
 	_, spent, reserved, err = p.book.Snapshot(ctx, g.ledger, now)
 	return spent, reserved, err
 }
 
+// makeLedgers makes the ledgers govern left to the call's reservation
+// (Turn.ahead) before a use of the book that does not make them itself:
+// the book ignores a ledger it does not know, so none may be read or
+// reserved on before it is made.
+func (p *Pipeline) makeLedgers(ctx context.Context, t *Turn) error {
+	if t.ahead == nil {
+		return nil
+	}
+	if err := p.book.Ensure(ctx, t.ahead, p.now()); err != nil {
+		return err
+	}
+	t.ahead = nil
+	return nil
+}
+
+// makeLedgersLeft makes the ledgers govern left to a reservation that did
+// not make them: the call was answered before it reserved, or its
+// reservation failed (a forwarded call's did make them). Failing that,
+// the run is left ungoverned, as when govern fails, so that its next call
+// governs it and makes them; this call is refused.
+func (p *Pipeline) makeLedgersLeft(ctx context.Context, t *Turn, r *runstate.Run) {
+	if err := p.makeLedgers(ctx, t); err != nil {
+		r.Ext = nil
+		p.unavailable(t, err)
+	}
+}
+
 // softLine returns the line whose soft wrap-up fraction is reached on any
 // ledger, or "".
-func (p *Pipeline) softLine(ctx context.Context, g *governance, frac float64, now time.Time) (string, error) {
+func (p *Pipeline) softLine(ctx context.Context, t *Turn, g *governance, frac float64, now time.Time) (string, error) {
 	if frac <= 0 || !g.budgeted {
 		return "", nil
+	}
+	if err := p.makeLedgers(ctx, t); err != nil {
+		return "", err
 	}
 	for _, key := range g.ledgers {
 		lim, spent, _, err := p.book.Snapshot(ctx, key, now)

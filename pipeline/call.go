@@ -154,6 +154,12 @@ type Turn struct {
 	// (RunLockReader) or, for a new run, as the book made it
 	// (ensureReader), for admission; nil otherwise.
 	ledgerAtLock *accounting.LedgerSnapshot
+	// ledgerReadAtLock: the lock read the run's ledger (a nil
+	// ledgerAtLock then means it did not exist).
+	ledgerReadAtLock bool
+	// ahead is the run's ledgers govern left for the reservation to make
+	// in its round trip; nil once made (makeLedgers).
+	ahead []accounting.LedgerSpec
 	// cutHeld is set when the forwarded request holds cut tool output;
 	// readOffer when it offers the read tool for it, and readAnswer is an
 	// answer that called it, for ReadBack.

@@ -41,7 +41,7 @@ func (p *Pipeline) rewriteContext(ctx context.Context, t *Turn, g *governance, n
 	}
 	tighten := false
 	if g.budgeted {
-		line, err := p.softLine(ctx, g, g.limits.SoftCompress, now)
+		line, err := p.softLine(ctx, t, g, g.limits.SoftCompress, now)
 		tighten = err == nil && line != ""
 	}
 	wm := contextmgr.Watermark(t.price.ContextWindow, contextmgr.Params{Tighten: tighten})

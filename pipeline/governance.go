@@ -111,7 +111,14 @@ func runInput(r *runstate.Run, pr Principal, now time.Time) policy.RunInput {
 // that opened it (ensureReader), or nil. The caller holds r's mutex. An error
 // (policy evaluation failed, bad budget header) leaves the run ungoverned,
 // and the call is refused.
-func (p *Pipeline) govern(ctx context.Context, r *runstate.Run, call *Call) (g *governance, ensured *accounting.LedgerSnapshot, err error) {
+//
+// With later set (the run's lock read that its ledger does not exist), a
+// book that can make ledgers in a reservation's round trip
+// (ensureAheadReserver) does not make them here: govern returns their
+// specs in ahead, for the call's reservation to send first (or
+// makeLedgers, before any other use of the book), and ensured as the
+// run's ledger will be once made: its limit, nothing spent or reserved.
+func (p *Pipeline) govern(ctx context.Context, r *runstate.Run, call *Call, later bool) (g *governance, ensured *accounting.LedgerSnapshot, ahead []accounting.LedgerSpec, err error) {
 	in := runInput(r, call.Principal, p.now())
 	limits := policy.DefaultLimits()
 	term := policy.TerminationAnswer{Mode: policy.ModeFinalize}
@@ -119,13 +126,13 @@ func (p *Pipeline) govern(ctx context.Context, r *runstate.Run, call *Call) (g *
 	var windows []policy.TeamWindow
 	if p.pol != nil {
 		if limits, err = p.pol.Budget(ctx, in); err != nil {
-			return nil, nil, fmt.Errorf("budget policy: %w", err)
+			return nil, nil, nil, fmt.Errorf("budget policy: %w", err)
 		}
 		if term, err = p.pol.Termination(ctx, in); err != nil {
-			return nil, nil, fmt.Errorf("termination policy: %w", err)
+			return nil, nil, nil, fmt.Errorf("termination policy: %w", err)
 		}
 		if loop, err = p.pol.Loop(ctx, in); err != nil {
-			return nil, nil, fmt.Errorf("loop policy: %w", err)
+			return nil, nil, nil, fmt.Errorf("loop policy: %w", err)
 		}
 		if call.Principal.Team != "" {
 			windows = p.pol.TeamWindows(call.Principal.Team)
@@ -135,7 +142,7 @@ func (p *Pipeline) govern(ctx context.Context, r *runstate.Run, call *Call) (g *
 	if call.RunBudget != "" {
 		asked, err := accounting.ParseBudgetHeader(call.RunBudget)
 		if err != nil {
-			return nil, nil, badRequest{fmt.Errorf("X-Run-Budget: %w", err)}
+			return nil, nil, nil, badRequest{fmt.Errorf("X-Run-Budget: %w", err)}
 		}
 		granted = granted.Tighten(asked) // a header only tightens
 	}
@@ -161,10 +168,10 @@ func (p *Pipeline) govern(ctx context.Context, r *runstate.Run, call *Call) (g *
 		// that name or none does.
 		parent, err := p.getRun(r.ParentID)
 		if err != nil {
-			return nil, nil, unavailable{err}
+			return nil, nil, nil, unavailable{err}
 		}
 		if parent == nil {
-			return nil, nil, notFound{fmt.Errorf("X-Parent-Run-Id: no run %q", runstate.NameOf(r.ParentID))}
+			return nil, nil, nil, notFound{fmt.Errorf("X-Parent-Run-Id: no run %q", runstate.NameOf(r.ParentID))}
 		}
 		if parent != r {
 			parent.Lock()
@@ -174,7 +181,7 @@ func (p *Pipeline) govern(ctx context.Context, r *runstate.Run, call *Call) (g *
 			}
 			parent.Unlock()
 			if err := p.listChild(ctx, parent, r); err != nil {
-				return nil, nil, unavailable{err}
+				return nil, nil, nil, unavailable{err}
 			}
 		}
 	}
@@ -187,16 +194,21 @@ func (p *Pipeline) govern(ctx context.Context, r *runstate.Run, call *Call) (g *
 		teamKeys = append(teamKeys, key)
 		g.budgeted = g.budgeted || wl.Tokens > 0 || wl.Cost > 0
 	}
-	if er, ok := p.book.(ensureReader); ok {
+	if _, ok := p.book.(ensureAheadReserver); ok && later && len(windows) == 0 {
+		// Team windows' limits are set after they are made: they go the
+		// way of every other run.
+		ahead = specs
+		ensured = &accounting.LedgerSnapshot{Limit: lim}
+	} else if er, ok := p.book.(ensureReader); ok {
 		if ensured, err = er.EnsureRead(ctx, specs, p.now(), g.ledger); err != nil {
-			return nil, nil, unavailable{err}
+			return nil, nil, nil, unavailable{err}
 		}
 	} else if err := p.book.Ensure(ctx, specs, p.now()); err != nil {
-		return nil, nil, unavailable{err}
+		return nil, nil, nil, unavailable{err}
 	}
 	for i, key := range teamKeys { // policy may have changed a window's limit
 		if err := p.book.SetLimit(ctx, key, budgetOf(windows[i].Limits).Vector, accounting.Vector{}); err != nil {
-			return nil, nil, unavailable{err}
+			return nil, nil, nil, unavailable{err}
 		}
 	}
 	g.canon = p.canonicalizer(loop.VolatileKeys)
@@ -204,7 +216,7 @@ func (p *Pipeline) govern(ctx context.Context, r *runstate.Run, call *Call) (g *
 	r.MaxSteps = limits.MaxSteps
 	r.DeadlineMs = limits.DeadlineMs
 	p.startRecording(ctx, r, call, in, g)
-	return g, ensured, nil
+	return g, ensured, ahead, nil
 }
 
 // ensureReader is a book that reads a ledger in the round trip that makes
@@ -212,6 +224,13 @@ func (p *Pipeline) govern(ctx context.Context, r *runstate.Run, call *Call) (g *
 // ledger next (see Turn.ledgerAtLock).
 type ensureReader interface {
 	EnsureRead(ctx context.Context, specs []accounting.LedgerSpec, now time.Time, key string) (*accounting.LedgerSnapshot, error)
+}
+
+// ensureAheadReserver is a book that makes ledgers ahead of a reservation
+// in its round trip (redisbook.Book; see govern's ahead).
+type ensureAheadReserver interface {
+	ReserveEnsuring(ctx context.Context, specs []accounting.LedgerSpec, ensureAt time.Time, keys []string, want accounting.Vector,
+		useFinalReserve bool, lease time.Duration, now time.Time, readHead, headFinalReserve bool) (h *accounting.Hold, short *accounting.Shortfall, head accounting.Vector, read bool, err error)
 }
 
 // budgetOf turns policy limits into a ledger budget.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/haltline/haltline/pipeline/runtx"
 	"github.com/haltline/haltline/runstate"
 	"github.com/haltline/haltline/wire"
 )
@@ -16,29 +17,40 @@ import (
 // id and lineage key is looked up within the caller's tenant only: a name
 // another tenant uses is a run of the caller's own, and nothing here tells
 // whether the other exists.
-func (p *Pipeline) identify(ctx context.Context, call *Call, req *wire.Request) (r *runstate.Run, created bool, err error) {
+//
+// When replicas share the store, a run named by X-Run-Id that this
+// replica does not hold is not read here: identify returns its id as
+// named, for Begin to find it in the round trip of its lock (openNamed),
+// which reads the run's snapshot anyway.
+func (p *Pipeline) identify(ctx context.Context, call *Call, req *wire.Request) (r *runstate.Run, created bool, named string, err error) {
 	if call.run != nil {
-		return call.run, false, nil // a read-back round of the run's call
+		return call.run, false, "", nil // a read-back round of the run's call
 	}
 	tenant := call.Principal.Tenant
 	if call.RunID != "" {
 		id := runstate.ScopedID(tenant, call.RunID)
+		if p.shared() {
+			if r = p.runs.Get(id); r != nil {
+				return r, false, "", nil
+			}
+			return nil, false, id, nil
+		}
 		if r, err = p.getRun(id); r != nil || err != nil {
-			return r, false, err
+			return r, false, "", err
 		}
 		r, created = p.runs.GetOrCreate(p.identity(call, id, call.SessionID))
-		return r, created, nil
+		return r, created, "", nil
 	}
 	var prev *runstate.Run
 	if req.PreviousResponseID != "" {
 		if prev, err = p.lookup(lineageKey(tenant, runstate.KeyResponse, req.PreviousResponseID)); err != nil {
-			return nil, false, err
+			return nil, false, "", err
 		}
 	}
 	if prev == nil {
 		for _, id := range req.LastAssistantToolCallIDs {
 			if prev, err = p.lookup(lineageKey(tenant, runstate.KeyToolCall, id)); err != nil {
-				return nil, false, err
+				return nil, false, "", err
 			}
 			if prev != nil {
 				break
@@ -48,7 +60,7 @@ func (p *Pipeline) identify(ctx context.Context, call *Call, req *wire.Request) 
 	if prev == nil && req.LastAssistantTextHash != 0 {
 		key := textLineageKey(tenant, req.LastAssistantPrefixHash, req.LastAssistantTextHash)
 		if prev, err = p.lookup(key); err != nil {
-			return nil, false, err
+			return nil, false, "", err
 		}
 	}
 	if prev != nil {
@@ -59,17 +71,17 @@ func (p *Pipeline) identify(ctx context.Context, call *Call, req *wire.Request) 
 		// same conversation; anything else continues the run (and a run that
 		// was ended keeps answering with its termination).
 		if !(req.NewUserTurn && (state == runstate.Completed || state == runstate.CompletedWithDegradation)) {
-			return prev, false, nil
+			return prev, false, "", nil
 		}
 		sid := session
 		if call.SessionID != "" {
 			sid = call.SessionID
 		}
 		r, created = p.runs.GetOrCreate(p.identity(call, p.newRunID(tenant), sid))
-		return r, created, nil
+		return r, created, "", nil
 	}
 	r, created = p.runs.GetOrCreate(p.identity(call, p.newRunID(tenant), call.SessionID))
-	return r, created, nil
+	return r, created, "", nil
 }
 
 // checkRunNames refuses run, parent and session names that cannot name a
@@ -83,6 +95,28 @@ func checkRunNames(run, parent, session string) error {
 		}
 	}
 	return nil
+}
+
+// openNamed opens the transaction of the run id, which identify left to
+// be found under its lock (named): brought back from the snapshot the
+// lock read, or made anew when none is stored (created).
+func (p *Pipeline) openNamed(ctx context.Context, call *Call, id string) (tx runtx.Tx, r *runstate.Run, created bool, err error) {
+	tx, r, err = p.tx.OpenNamed(ctx, id, runtx.Need{Ledger: true}, func(v []byte, read bool) (*runstate.Run, error) {
+		var found *runstate.Run
+		var err error
+		switch {
+		case !read:
+			found, err = p.getRun(id)
+		case v != nil:
+			found, err = p.reviveStored(id, v)
+		}
+		if err != nil || found != nil {
+			return found, err
+		}
+		found, created = p.runs.GetOrCreate(p.identity(call, id, call.SessionID))
+		return found, nil
+	})
+	return tx, r, created, err
 }
 
 // newRunID names a new run and scopes it by its tenant.

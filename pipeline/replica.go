@@ -121,6 +121,12 @@ func (p *Pipeline) getRun(id string) (*runstate.Run, error) {
 	if err != nil || v == nil {
 		return nil, err
 	}
+	return p.reviveStored(id, v)
+}
+
+// reviveStored brings the run id back into memory from v, its stored
+// snapshot; a run another call brought back meanwhile is the one returned.
+func (p *Pipeline) reviveStored(id string, v []byte) (*runstate.Run, error) {
 	var b runBlob
 	if err := decode(v, &b); err != nil {
 		return nil, fmt.Errorf("run %s: %w", id, err)

@@ -212,8 +212,8 @@ func (p *Pipeline) beginToolLocked(ctx context.Context, tt *ToolTurn, r *runstat
 	now := p.now()
 	call := tt.Call
 	if r.Ext == nil {
-		g, _, err := p.govern(ctx, r, &Call{RunID: call.RunID, SessionID: call.SessionID, AgentID: call.AgentID,
-			ParentRunID: call.ParentRunID, TaskType: call.TaskType, RunBudget: call.RunBudget, Principal: call.Principal})
+		g, _, _, err := p.govern(ctx, r, &Call{RunID: call.RunID, SessionID: call.SessionID, AgentID: call.AgentID,
+			ParentRunID: call.ParentRunID, TaskType: call.TaskType, RunBudget: call.RunBudget, Principal: call.Principal}, false)
 		if err != nil {
 			var bad badRequest
 			if errors.As(err, &bad) {

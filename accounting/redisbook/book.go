@@ -255,22 +255,57 @@ func (b *Book) Reserve(ctx context.Context, keys []string, want accounting.Vecto
 // the headroom could not be read.
 func (b *Book) ReserveHeadroom(ctx context.Context, keys []string, want accounting.Vector, useFinalReserve bool, lease time.Duration, now time.Time,
 	headFinalReserve bool) (h *accounting.Hold, short *accounting.Shortfall, head accounting.Vector, read bool, err error) {
+	return b.ReserveEnsuring(ctx, nil, time.Time{}, keys, want, useFinalReserve, lease, now, true, headFinalReserve)
+}
+
+// ReserveEnsuring reserves as Reserve does, with the headroom read as
+// ReserveHeadroom does when readHead, and the ledgers of specs made (as
+// Ensure makes them at ensureAt) ahead of the reservation in the same
+// round trip: a new run's first call makes its ledger, then reserves on
+// it, and the ensure was a round trip of its own. Redis runs the
+// pipeline's commands in order, so the reservation sees the ledgers made.
+// The ensure goes as EVAL, not EVALSHA: a server that lost the script
+// would otherwise skip it and let the reservation pass over the missing
+// ledger (unknown keys are ignored). An ensure that failed fails the
+// reservation, whose hold is let go: it was made without those ledgers.
+func (b *Book) ReserveEnsuring(ctx context.Context, specs []accounting.LedgerSpec, ensureAt time.Time, keys []string, want accounting.Vector,
+	useFinalReserve bool, lease time.Duration, now time.Time, readHead, headFinalReserve bool) (h *accounting.Hold, short *accounting.Shortfall, head accounting.Vector, read bool, err error) {
 	r := b.newReservation(keys, want, useFinalReserve, lease, now)
-	reserved, cmds, noScript, err := b.scriptThenRead(ctx, reserveScript, r.keys, r.args, keys)
+	ekeys, eargs := b.ensureArgs(specs, ensureAt)
+	var heads []string
+	if readHead {
+		heads = keys
+	}
+	var ensured, reserved *redis.Cmd
+	var cmds []*redis.SliceCmd
+	_, _ = b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		if len(ekeys) > 0 {
+			ensured = ensureScript.Eval(ctx, p, ekeys, eargs...)
+		}
+		reserved, cmds = b.queueScriptThenRead(ctx, p, reserveScript, r.keys, r.args, heads)
+		return nil
+	})
+	if ensured != nil {
+		if err := ensured.Err(); err != nil {
+			_ = b.Release(context.WithoutCancel(ctx), &r.hold)
+			return nil, nil, head, false, fmt.Errorf("redis book: ensure: %w", err)
+		}
+	}
+	reserved, cmds, noScript, err := scriptThenReadResult(reserved, cmds)
 	if err != nil {
 		return nil, nil, head, false, fmt.Errorf("redis book: reserve: %w", err)
 	}
-	if noScript { // nothing was reserved
+	if noScript { // nothing was reserved (the ledgers were made)
 		h, short, err := b.Reserve(ctx, keys, want, useFinalReserve, lease, now)
-		if err != nil {
-			return nil, nil, head, false, err
+		if err != nil || !readHead {
+			return h, short, head, false, err
 		}
 		head, herr := b.Headroom(ctx, keys, headFinalReserve, now)
 		return h, short, head, herr == nil, nil
 	}
 	res, _ := reserved.Slice()
-	if h, short, err = r.result(res); err != nil {
-		return nil, nil, head, false, err
+	if h, short, err = r.result(res); err != nil || !readHead {
+		return h, short, head, false, err
 	}
 	ls, verr := views(keys, cmds, now)
 	if verr != nil {

@@ -921,6 +921,46 @@ func TestEnsureReadIsEnsureThenSnapshot(t *testing.T) {
 	}
 }
 
+// ReserveEnsuring makes the ledgers ahead of the reservation, in its
+// round trip: the reservation is checked against them (a ledger not made
+// yet would be ignored), an existing ledger keeps its state, and so with
+// the scripts flushed too (the reservation then goes again; the ensure
+// must not be skipped). Not parallel, as TestSettleHeadroomIsSettleThenHeadroom.
+func TestReserveEnsuringMakesLedgersFirst(t *testing.T) {
+	a, b, _ := openPair(t)
+	spec := accounting.LedgerSpec{Key: "run", Limit: accounting.Vector{Steps: 10, Cost: 1000}}
+	// The reservation script loaded, so that it runs in the pipeline.
+	mustReserve(t, a, []string{"none"}, accounting.Vector{Steps: 1}, false, time.Minute, t0)
+	for _, flush := range []bool{false, true} {
+		if flush {
+			if err := a.rdb.ScriptFlush(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// More than the limit: refused only when the ledger was made first.
+		h, short, _, _, err := a.ReserveEnsuring(ctx, []accounting.LedgerSpec{spec}, t0, []string{"run"},
+			accounting.Vector{Steps: 1, Cost: 1500}, false, time.Minute, t0, false, false)
+		if err != nil || short == nil || h != nil {
+			t.Fatalf("flush=%v: hold %v short %v: %v; want the made ledger's shortfall", flush, h, short, err)
+		}
+		want := accounting.Vector{Steps: 1, Cost: 600}
+		h, short, head, read, err := a.ReserveEnsuring(ctx, []accounting.LedgerSpec{spec}, t0, []string{"run"}, want, false, time.Minute, t0, true, false)
+		if err != nil || short != nil || h == nil || !read {
+			t.Fatalf("flush=%v: hold %v short %v read %v: %v", flush, h, short, read, err)
+		}
+		if got, _ := b.Headroom(ctx, []string{"run"}, false, t0); got != head {
+			t.Errorf("flush=%v: headroom %+v, Headroom reads %+v", flush, head, got)
+		}
+		lim, _, reserved := snapshot(t, b, "run", t0)
+		if lim != spec.Limit || reserved != want {
+			t.Errorf("flush=%v: ledger limit %+v reserved %+v, want %+v and %+v", flush, lim, reserved, spec.Limit, want)
+		}
+		if err := a.Release(ctx, h); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // runAndTeam makes a run ledger (cost, with a final reserve, and steps)
 // and a team ledger (tokens) and returns their keys with one that does not
 // exist.

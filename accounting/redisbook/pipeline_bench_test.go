@@ -291,18 +291,15 @@ func TestRedisCallRoundTrips(t *testing.T) {
 		p.Finish(ctx, tn, pipeline.Outcome{Status: 200, Body: toolCallAnswer(step)})
 		p.Headers(tn, func(string, string) {})
 		want := int64(5)
-		if step == 0 {
-			want = 7
-		}
 		if n := rt.n.Load(); n > want {
 			t.Errorf("step %d: %d round trips, want at most %d", step+1, n, want)
 		}
 	}
 	// A stream, a new run's: its headers go out before its settlement, and
-	// its first byte waits for 4 round trips (the run looked up, the lock,
-	// the ledgers made and read, the reservation with the header's
-	// headroom); 9 when each was a round trip of its own and the commit
-	// was waited for, which may be back by now (5).
+	// its first byte waits for 2 round trips (the lock with the run's
+	// snapshot and ledger, the reservation with the ledgers made ahead of
+	// it and the header's headroom); 9 when each was a round trip of its
+	// own and the commit was waited for, which may be back by now (3).
 	rt.n.Store(0)
 	body := bytes.Replace(benchBody(), []byte(`{"model"`), []byte(`{"stream":true,"model"`), 1)
 	tn := p.Begin(ctx, &pipeline.Call{Body: body, RunID: "r-stream"}, openai.Chat{})
@@ -310,10 +307,28 @@ func TestRedisCallRoundTrips(t *testing.T) {
 		t.Fatalf("stream refused (%v) or not seen: %+v", tn.Answer, tn.Req)
 	}
 	p.Headers(tn, func(string, string) {})
-	if n := rt.n.Load(); n > 5 {
-		t.Errorf("a stream's first byte waits for %d round trips, want at most 5", n)
+	if n := rt.n.Load(); n > 3 {
+		t.Errorf("a stream's first byte waits for %d round trips, want at most 3", n)
 	}
 	p.Finish(ctx, tn, pipeline.Outcome{Status: 200, Streamed: true})
+}
+
+// A new run's first call answered before it reserves still makes the
+// run's ledger, which its reservation would have made (the book ignores a
+// ledger it does not know, so a later reservation would bind nothing).
+func TestRefusedFirstCallMakesTheLedger(t *testing.T) {
+	t.Parallel()
+	p, rt := countedReplica(t)
+	ctx := context.Background()
+	body := []byte(`{"model":"gpt-4o-mini","max_completion_tokens":5000000,"messages":[{"role":"user","content":"hi"}]}`)
+	tn := p.Begin(ctx, &pipeline.Call{Body: body, RunID: "r-refused"}, openai.Chat{})
+	if tn.Answer == nil || tn.Answer.Status != 400 {
+		t.Fatalf("want the output cap refused, got %+v", tn.Answer)
+	}
+	p.Finish(ctx, tn, pipeline.Outcome{})
+	if n, err := rt.book.rdb.Exists(ctx, rt.book.ledgerKey("run:r-refused")).Result(); err != nil || n != 1 {
+		t.Errorf("the run's ledger: %d exist (%v), want 1 (%s)", n, err, tn.Answer.Body)
+	}
 }
 
 func isSettlement(c redis.Cmder) bool {

@@ -40,7 +40,9 @@ type prefetched struct {
 	snapshot []byte
 	read     bool                       // the lock read it (a nil snapshot: none stored)
 	ledger   *accounting.LedgerSnapshot // the run's ledger, when asked for and it exists
-	release  store.Op                   // Bucket store.LockRelease, or zero
+	// ledgerRead: the lock read the run's ledger (a nil ledger: none exists)
+	ledgerRead bool
+	release    store.Op // Bucket store.LockRelease, or zero
 }
 
 // nothingToUnlock is the unlock of a run that needs no lock across
@@ -75,7 +77,7 @@ func (m *Manager) lock(ctx context.Context, runID string, need Need) (func(), pr
 	} else {
 		unlock, release, v, state, err = lr.LockRead(ctx, runID, key, m.cfg.Now())
 	}
-	return unlock, prefetched{snapshot: v, read: err == nil, ledger: state, release: release}, err
+	return unlock, prefetched{snapshot: v, read: err == nil, ledger: state, ledgerRead: err == nil && key != "", release: release}, err
 }
 
 // CarriesRider reports whether a run's lock can carry a settlement in its

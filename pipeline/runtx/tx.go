@@ -108,6 +108,35 @@ func (m *Manager) Open(ctx context.Context, r *runstate.Run, need Need) (Tx, err
 		}
 		unlock = nothingToUnlock
 	}
+	return m.open(r, unlock, pre, err, need)
+}
+
+// OpenNamed opens a transaction on the run named id that this replica may
+// not hold yet: the run's lock is taken first, and find gives the run from
+// what the lock read of it — its stored snapshot (nil when none is
+// stored), when read; else find reads it itself. find returns a run or an
+// error. A run found so is then
+// opened as Open opens it, with no read of the store of its own: the
+// snapshot was read once, in the lock's round trip. need.GoOn is not
+// honoured: without the run's lock there is no run to go on with.
+func (m *Manager) OpenNamed(ctx context.Context, id string, need Need, find func(snapshot []byte, read bool) (*runstate.Run, error)) (Tx, *runstate.Run, error) {
+	unlock, pre, err := m.lock(ctx, id, need)
+	if err != nil {
+		return Tx{}, nil, err
+	}
+	r, err := find(pre.snapshot, pre.read)
+	if err != nil {
+		unlock()
+		return Tx{}, nil, StaleError{err}
+	}
+	need.GoOn = false
+	tx, err := m.open(r, unlock, pre, nil, need)
+	return tx, r, err
+}
+
+// open takes r's mutex once its lock is had (or, with need.GoOn, not had:
+// err) and catches r up with its stored state unless need.AsHeld.
+func (m *Manager) open(r *runstate.Run, unlock func(), pre prefetched, err error, need Need) (Tx, error) {
 	r.Lock()
 	if need.AsHeld {
 		return Tx{m: m, r: r, unlock: unlock, pre: pre}, err
@@ -150,6 +179,11 @@ func (m *Manager) refresh(r *runstate.Run, pre prefetched) error {
 
 // Ledger is the run's own ledger as the lock read it (Need.Ledger), or nil.
 func (tx *Tx) Ledger() *accounting.LedgerSnapshot { return tx.pre.ledger }
+
+// LedgerRead reports that the lock read the run's own ledger (Need.Ledger):
+// a nil Ledger then means that the ledger did not exist when the lock was
+// taken.
+func (tx *Tx) LedgerRead() bool { return tx.pre.ledgerRead }
 
 // Close ends a transaction that writes nothing of its own: it lets go of
 // the run's mutex and lock.
