@@ -128,7 +128,7 @@ func runSoak(ctx context.Context, o options, out io.Writer) error {
 	bin := o.gatewayBin
 	if bin == "" {
 		fmt.Fprintln(out, "building the gateway (go build ./cmd/gateway)…")
-		if bin, err = buildGateway(ctx, dir, ""); err != nil {
+		if bin, err = buildGateway(ctx, dir, false); err != nil {
 			return err
 		}
 	}
