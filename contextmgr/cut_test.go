@@ -113,3 +113,29 @@ func BenchmarkMayCut(b *testing.B) {
 		}
 	}
 }
+
+// A long request without a tool output (a pasted document, a long prompt)
+// has nothing to cut and is not read; one with a long output of each kind
+// may, whatever way the JSON writes its markers.
+func TestMayCutLooksForToolOutputs(t *testing.T) {
+	t.Parallel()
+	doc := strings.Repeat("a quoted <tag> & café paragraph of a pasted document. ", 200)
+	long := strings.Repeat("log line of a tool's output\n", 400)
+	for name, tc := range map[string]struct {
+		body string
+		want bool
+	}{
+		"prompt":             {`{"model":"m","tools":[{"type":"function","function":{"name":"f"}}],"messages":[{"role":"user","content":"` + doc + `"}]}`, false},
+		"prompt, escaped":    {`{"model":"m","messages":[{"role":"user","content":"` + strings.ReplaceAll(doc, "<", `\u003c`) + `"}]}`, false},
+		"chat tool":          {`{"messages":[{"role":"tool","tool_call_id":"c","content":"` + long + `"}]}`, true},
+		"chat tool, spaced":  {`{"messages": [{"role" : "tool", "content": "` + long + `"}]}`, true},
+		"chat function role": {`{"messages":[{"role" :  "function","name":"f","content":"` + long + `"}]}`, true},
+		"responses output":   {`{"input":[{"type":"function_call_output","call_id":"c","output":"` + long + `"}]}`, true},
+		"anthropic result":   {`{"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":"` + long + `"}]}]}`, true},
+		"escaped marker":     {`{"messages":[{"role":"t\u006fol","content":"` + long + `"}]}`, true},
+	} {
+		if got := MayCut([]byte(tc.body), 0); got != tc.want {
+			t.Errorf("%s: MayCut = %v, want %v", name, got, tc.want)
+		}
+	}
+}

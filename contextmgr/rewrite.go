@@ -1,6 +1,7 @@
 package contextmgr
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"math"
@@ -247,7 +248,7 @@ func (rw *Rewriter) Cut(api wire.API, body []byte, st *State) (out []byte, rep R
 // pay.
 func MayCut(body []byte, limit int) bool {
 	limit = orDefault(limit, DefaultInlineLimit)
-	if len(body) <= limit {
+	if len(body) <= limit || !mayHoldToolOutput(body) {
 		return false
 	}
 	s := unsafe.String(unsafe.SliceData(body), len(body))
@@ -267,6 +268,52 @@ func MayCut(body []byte, limit int) bool {
 		i = end
 	}
 	return false
+}
+
+// mayHoldToolOutput reports whether body may hold a tool output at all: a
+// chat message of role "tool" (or the older "function"), a Responses item
+// whose type ends in "_output", an Anthropic "tool_result" block. A request
+// without one (a long prompt, a pasted document) is then not read for
+// outputs to cut. Unless the body escapes a lowercase letter or '_' as
+// \u00XX, those values can only be written one way, so a literal search
+// decides; when it does, the body is read.
+func mayHoldToolOutput(body []byte) bool {
+	if escapesMarkerByte(body) || bytes.Contains(body, []byte(`"tool"`)) ||
+		bytes.Contains(body, []byte(`"tool_result"`)) || bytes.Contains(body, []byte(`_output"`)) {
+		return true
+	}
+	// "function" is also every tool definition's type: only a role counts.
+	for rest := body; ; {
+		i := bytes.Index(rest, []byte(`"function"`))
+		if i < 0 {
+			return false
+		}
+		before := bytes.TrimRight(rest[:i], " \t\r\n")
+		if bytes.HasSuffix(before, []byte(":")) && bytes.HasSuffix(bytes.TrimRight(before[:len(before)-1], " \t\r\n"), []byte(`"role"`)) {
+			return true
+		}
+		rest = rest[i+len(`"function"`):]
+	}
+}
+
+// escapesMarkerByte reports whether body holds a \u escape of a byte the
+// tool-output markers are written with (a lowercase letter or '_'). The
+// escapes clients do write (non-ASCII text, <, > and &) are not.
+func escapesMarkerByte(body []byte) bool {
+	for rest := body; ; {
+		i := bytes.Index(rest, []byte(`\u00`))
+		if i < 0 {
+			return false
+		}
+		if i+6 > len(rest) {
+			return true
+		}
+		c, err := strconv.ParseUint(string(rest[i+4:i+6]), 16, 8)
+		if err != nil || c == '_' || (c >= 'a' && c <= 'z') {
+			return true
+		}
+		rest = rest[i+6:]
+	}
 }
 
 // convPool keeps the readings of past requests: their item lists, decoded
