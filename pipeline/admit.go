@@ -76,7 +76,7 @@ func (p *Pipeline) Begin(ctx context.Context, call *Call, codec wire.Codec) *Tur
 // next commit — often this call's own Finish — or within a millisecond (a
 // commit of its own cost a write(2) on the way to the provider); a new run
 // is written whole by that Finish, or by SaveUnsaved past a millisecond.
-// An answer given here (a refusal, an end) is sent before it leaves.
+// An answer given here (a refusal, an end) is committed before it leaves.
 // When replicas share the store, everything is committed before the next
 // replica can take the run's lock: a forwarded call goes on while its
 // commit is on its way (runtx.Behind), the commit letting go of the lock
@@ -91,7 +91,9 @@ func (p *Pipeline) beginCommit(t *Turn, r *runstate.Run, created bool) runtx.Mod
 	case p.shared():
 		return runtx.Wait
 	case t.Answer != nil || r.State.Final():
-		return runtx.Send
+		// A refusal or an end is on disk before it leaves: a restart must
+		// not bring back a run its agent was told had ended.
+		return runtx.Wait
 	case created:
 		return runtx.Soon
 	}
