@@ -54,14 +54,13 @@ type BoltOptions struct {
 	// CheckpointEvery is how often the bbolt file catches up with the log
 	// (default 8 s); CheckpointOps, distinct keys waiting (default 32768),
 	// and CheckpointBytes, bytes in the log (default 32 MiB), force one
-	// sooner. A bbolt write costs about 10 µs of CPU per key (a dirty 4 KB
-	// page per random key): the longer the window, the more of a run's
-	// rewrites of the same keys collapse into one — the harness's workload
-	// at 1,000 calls/s spent 28–37 µs a call on checkpoints every 2 s, 12–19
-	// every 8 s, and no less with longer windows. The two bounds, not the
-	// period, cap what a restart after a kill replays (the log: 13 MB of
-	// harness calls replayed in 0.1–0.15 s, so 32 MiB in about 0.3 s) and
-	// what the overlay holds in memory at high rates.
+	// sooner. A bbolt write dirties a 4 KB page per random key: the longer
+	// the window, the more of a run's rewrites of the same keys collapse
+	// into one, up to the 8 s the checkpoint's cost stops falling at
+	// (docs/performance.md, BenchmarkCheckpointPerCall). The two bounds,
+	// not the period, cap what a restart after a kill replays
+	// (BenchmarkReopenAfterCrash) and what the overlay holds in memory at
+	// high rates.
 	CheckpointEvery time.Duration
 	CheckpointOps   int
 	CheckpointBytes int64
@@ -197,9 +196,9 @@ func OpenBoltWith(dir string, opts BoltOptions) (*Bolt, error) {
 		Timeout: 2 * time.Second,
 		// The freelist is written at every commit (a few pages: bbolt
 		// reuses freed pages) rather than rebuilt at open by reading every
-		// page of the file, which took 31–53 ms (page cache warm) of a
-		// restart on a 161 MB store against 0.3–0.5 ms, with no difference
-		// in BenchmarkCheckpoint. Kept as a hashmap.
+		// page of the file, which grows a restart with the file's size and
+		// costs the checkpoint nothing measurable (BenchmarkCheckpoint).
+		// Kept as a hashmap.
 		NoFreelistSync: false,
 		FreelistType:   bolt.FreelistMapType,
 		// Address space, not memory: a file growing within it is never
@@ -240,9 +239,9 @@ func OpenBoltWith(dir string, opts BoltOptions) (*Bolt, error) {
 }
 
 // createBuckets creates the buckets a store lacks (a new file, or one from
-// a version with fewer). Looked for first: a commit fsyncs the file, and
-// at every start that was 1–3 ms, or the flush of every page a copied
-// store had not yet written.
+// a version with fewer). Looked for first: a commit fsyncs the file, which
+// at every start would be a wait of its own, or the flush of every page a
+// copied store had not yet written.
 func createBuckets(db *bolt.DB) error {
 	missing := false
 	_ = db.View(func(tx *bolt.Tx) error {
@@ -572,9 +571,8 @@ func putOverlays(db *bolt.DB, frozen []*overlay, txOps int, keys *[]string, yiel
 			// In key order: consecutive puts land on the leaf bbolt has
 			// just read, and each transaction of CheckpointTxOps keys
 			// covers one key range (fewer branch pages to rewrite), where
-			// a map's random order walked the tree afresh for every key.
-			// BenchmarkCheckpointPerCall, alternated 4 times: 26–34 ->
-			// 24–30 µs a call every 2,000 calls, 21–28 -> 13–17 every 8,000.
+			// a map's random order would walk the tree afresh for every
+			// key (BenchmarkCheckpointPerCall).
 			sorted := (*keys)[:0]
 			for k := range m {
 				sorted = append(sorted, k)

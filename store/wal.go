@@ -252,11 +252,10 @@ func (s *segment) write(rec []byte, raw bool) error {
 //
 // Why: an ordinary system call tells the Go scheduler it may block
 // (entersyscall), and when the process was idle that wakes the runtime's
-// monitor thread, sysmon, which then polls every 20 µs until the process
-// looks idle again. At 1,000 calls/s that was 14–18 % of the gateway's
-// CPU, woken by this write and the call log's (the last per-call system
-// calls that were not a socket's, whose are raw; the log's now lingers,
-// see telemetry.LogWriter). A raw call keeps the processor (the P) for its duration, which is a few
+// monitor thread, sysmon, which then polls until the process looks idle
+// again: at 1,000 calls/s a cost in the gateway's CPU that
+// docs/performance.md measures (the raw socket system calls' entry). The
+// call log's writes linger instead (telemetry.LogWriter). A raw call keeps the processor (the P) for its duration, which is a few
 // microseconds for an append to the page cache, but would be the whole
 // stall if the file system held the write: the caller (Bolt.commit) takes
 // this path only while nothing in the store is fsyncing or checkpointing,
