@@ -255,7 +255,8 @@ func (s *segment) write(rec []byte, raw bool) error {
 // monitor thread, sysmon, which then polls until the process looks idle
 // again: at 1,000 calls/s a cost in the gateway's CPU that
 // docs/performance.md measures (the raw socket system calls' entry). The
-// call log's writes linger instead (telemetry.LogWriter). A raw call keeps the processor (the P) for its duration, which is a few
+// call log's writes linger instead (telemetry.LogWriter). A raw call
+// keeps the processor (the P) for its duration, which is a few
 // microseconds for an append to the page cache, but would be the whole
 // stall if the file system held the write: the caller (Bolt.commit) takes
 // this path only while nothing in the store is fsyncing or checkpointing,
