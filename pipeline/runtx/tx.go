@@ -241,7 +241,7 @@ func (tx *Tx) Commit(mode Mode) Pending {
 	case Wait:
 		c.saved, c.carried, c.wait = tx.applyReleasing()
 	case Send:
-		c.saved = m.send(r)
+		c.saved = m.Send(r)
 	case Later:
 		m.cfg.Runs.Later(r)
 	case Soon:
@@ -272,9 +272,7 @@ func (tx *Tx) applyReleasing() (saved <-chan error, carried, wait bool) {
 // Send commits the run now and returns the commit's channel (nil when
 // there is nothing to write), for Wait. The caller holds r's mutex, and
 // the run's lock when replicas share the store.
-func (m *Manager) Send(r *runstate.Run) <-chan error { return m.send(r) }
-
-func (m *Manager) send(r *runstate.Run) <-chan error {
+func (m *Manager) Send(r *runstate.Run) <-chan error {
 	ops := m.cfg.Runs.Ops(r)
 	if ops == nil {
 		return nil
