@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/haltline/haltline/pipeline/runtx"
 	"github.com/haltline/haltline/policy"
 	"github.com/haltline/haltline/runstate"
 	"github.com/haltline/haltline/store"
@@ -300,10 +302,16 @@ func (p *Pipeline) Decide(ticket, decision, by string) (Approval, error) {
 	if err != nil {
 		return Approval{}, err
 	}
-	r.Lock()
+	// Under the run's lock and caught up with the store: another replica
+	// may have moved the run since this one last did (cancelled it, or
+	// decided the ticket), and the decision is written over the run whole.
+	tx, err := p.tx.Open(context.Background(), r, runtx.Need{})
+	if err != nil {
+		return Approval{}, err
+	}
 	g := govOf(r)
 	if g == nil || g.tools == nil || g.tools.approvals[ticket] == nil {
-		r.Unlock()
+		tx.Close()
 		return Approval{}, ErrNoTicket
 	}
 	ts := g.tools
@@ -314,11 +322,11 @@ func (p *Pipeline) Decide(ticket, decision, by string) (Approval, error) {
 	case ApprovalExpired:
 		c := *a
 		c.Status = ApprovalExpired
-		r.Unlock()
+		tx.Close()
 		return c, ErrTicketExpired
 	default:
 		c := *a
-		r.Unlock()
+		tx.Close()
 		return c, ErrTicketClosed
 	}
 	a.DecidedBy, a.DecidedAt = by, now.UTC()
@@ -342,8 +350,7 @@ func (p *Pipeline) Decide(ticket, decision, by string) (Approval, error) {
 	}
 	p.log.Info("approval decided", "run_id", runstate.NameOf(r.ID), "tenant", runstate.TenantOf(r.ID), "ticket", a.Ticket, "decision", a.Status, "by", by)
 	c := *a
-	saved := p.persist(r)
-	r.Unlock()
-	p.wait(saved, r.ID)
+	saved := tx.Commit(runtx.Wait)
+	saved.Land()
 	return c, nil
 }

@@ -21,13 +21,20 @@ func toolPipeline(t testing.TB, now func() time.Time) *pipeline.Pipeline {
 // toolPipelineOn is toolPipeline persisting to st (nil: memory only).
 func toolPipelineOn(t testing.TB, now func() time.Time, st store.Store) *pipeline.Pipeline {
 	t.Helper()
+	return toolReplica(t, now, st, nil)
+}
+
+// toolReplica is toolPipelineOn with lock serialising its runs with other
+// replicas on st (nil: st is its own).
+func toolReplica(t testing.TB, now func() time.Time, st store.Store, lock pipeline.RunLock) *pipeline.Pipeline {
+	t.Helper()
 	pol, err := policy.New(context.Background(), policy.Options{Data: map[string]any{"tools": map[string]any{
 		"fs": map[string]any{"read": map[string]any{"level": "L0"}, "write": map[string]any{"level": "L1"},
 			"delete": map[string]any{"level": "L2"}}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := pipeline.New(pipeline.Options{Policy: pol, Now: now, Store: st})
+	p := pipeline.New(pipeline.Options{Policy: pol, Now: now, Store: st, RunLock: lock})
 	p.ToolRegistry().Declare("fs", "read", "L0", 0)
 	p.ToolRegistry().Declare("fs", "write", "L1", 0)
 	p.ToolRegistry().Declare("fs", "delete", "L2", 0)
@@ -131,6 +138,32 @@ func TestToolOutputCut(t *testing.T) {
 				t.Fatalf("blob: %v", err)
 			}
 		})
+	}
+}
+
+// A decision taken on a replica that did not see the run's last change
+// (another replica cancelled it) is taken on the run as stored: the
+// cancellation stands, not overwritten by the run as the deciding replica
+// last held it.
+func TestDecideCatchesUpWithAnotherReplica(t *testing.T) {
+	t.Parallel()
+	st := openBolt(t, t.TempDir())
+	a := toolReplica(t, time.Now, st, soleLock{})
+	b := toolReplica(t, time.Now, st, soleLock{})
+	tt, _ := runTool(a, "r-two", "delete", `{"path":"a"}`, "")
+	if tt.Answer == nil || tt.Answer.Kind != pipeline.ToolPending {
+		t.Fatalf("delete was not held: %+v", tt.Answer)
+	}
+	if _, err := b.Cancel("r-two"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Decide(tt.Answer.Approval.Ticket, "approve", "ops"); err != nil {
+		t.Fatal(err)
+	}
+	for name, p := range map[string]*pipeline.Pipeline{"deciding replica": a, "cancelling replica": b} {
+		if rec, _, _ := p.Record("r-two"); rec.Status != runstate.Cancelled {
+			t.Errorf("%s: run %s, want cancelled", name, rec.Status)
+		}
 	}
 }
 
