@@ -270,7 +270,7 @@ func TestShortProfiles(t *testing.T) {
 func TestSoakShort(t *testing.T) {
 	results := filepath.Join(t.TempDir(), "soak.json")
 	out := runHarness(t, "-short", "-soak", "20s", "-soak-every", "2s", "-soak-rate", "500", "-nginx", "off", "-json", results)
-	for _, want := range []string{"RSS MiB", "goroutines", "store MiB", "soak ran", "p99.9"} {
+	for _, want := range []string{"RSS MiB", "goroutines", "store MiB", "CPU µs/r", "written/r", "soak ran", "p99.9"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("soak output lacks %q\n%s", want, out)
 		}
@@ -290,7 +290,7 @@ func TestSoakShort(t *testing.T) {
 		t.Fatalf("%d samples, %d requests, GC pauses %v", len(got.Samples), got.Result.Requests, got.Result.GCPauses)
 	}
 	last := got.Samples[len(got.Samples)-1]
-	if last.RSSKB == 0 || last.Goroutines == 0 || last.StoreBytes == 0 || last.Requests == 0 {
+	if last.RSSKB == 0 || last.Goroutines == 0 || last.StoreBytes == 0 || last.Requests == 0 || last.CPUPerRequest == 0 || last.WrittenPerRequest == 0 {
 		t.Fatalf("a sample without a figure: %+v", last)
 	}
 }

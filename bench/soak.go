@@ -39,6 +39,10 @@ type soakSample struct {
 	Goroutines int64         `json:"goroutines"`
 	StoreBytes int64         `json:"store_bytes"` // the bbolt file
 	LogBytes   int64         `json:"log_bytes"`   // the log's segments
+	// Since the sample before: the gateway's CPU time and the bytes it
+	// had written to disk, per request answered (0 when none was).
+	CPUPerRequest     time.Duration `json:"cpu_per_request_ns"`
+	WrittenPerRequest int64         `json:"written_per_request_bytes"`
 }
 
 // soakTolerance says how far the last third's mean may exceed the first
@@ -60,6 +64,9 @@ var soakChecks = []soakTolerance{
 		}
 		return float64(s.StoreBytes) / float64(s.Requests)
 	}},
+	// A call's cost must not grow with the store it has filled.
+	{"CPU per request (µs)", 1.25, 20, func(s soakSample) float64 { return float64(s.CPUPerRequest) / float64(time.Microsecond) }},
+	{"disk written per request (bytes)", 1.25, 1 << 10, func(s soakSample) float64 { return float64(s.WrittenPerRequest) }},
 }
 
 // soakTrends returns a line for each measure that trends upward over the
@@ -145,7 +152,7 @@ func runSoak(ctx context.Context, o options, out io.Writer) error {
 	t := &target{name: "haltline", mock: mock, proxy: gw, url: gw.addrURL(), tag: "soak", gateway: true}
 	every, warmup := o.soakEvery(), o.soakWarmup()
 	fmt.Fprintf(out, "soak: %d req/s for %s, sampled every %s, trends read after %s\n", o.soakRate, o.soak, every, warmup)
-	fmt.Fprintf(out, "%8s %10s %6s %9s %10s %10s %9s\n", "t", "requests", "errors", "RSS MiB", "goroutines", "store MiB", "log MiB")
+	fmt.Fprintf(out, "%8s %10s %6s %9s %10s %10s %9s %9s %10s\n", "t", "requests", "errors", "RSS MiB", "goroutines", "store MiB", "log MiB", "CPU µs/r", "written/r")
 
 	c := loadClient()
 	defer c.CloseIdleConnections()
@@ -156,16 +163,26 @@ func runSoak(ctx context.Context, o options, out io.Writer) error {
 		sent    soakCounter
 	)
 	start := time.Now()
+	var lastCPU time.Duration
+	var lastWritten, lastRequests int64
 	sample := func() {
 		s := soakSample{At: time.Since(start), RSSKB: rss(gw.pid())}
 		s.Requests, s.Errors = sent.load()
 		s.Goroutines, _ = scrapeGauge(ctx, c, gw.admin, "go_goroutines")
 		s.StoreBytes, s.LogBytes = storeSize(gw.data)
+		cpu, _ := cpuTime(gw.pid())
+		written := writtenBytes(gw.pid())
+		if n := s.Requests - lastRequests; n > 0 {
+			s.CPUPerRequest = (cpu - lastCPU) / time.Duration(n)
+			s.WrittenPerRequest = (written - lastWritten) / n
+		}
+		lastCPU, lastWritten, lastRequests = cpu, written, s.Requests
 		mu.Lock()
 		samples = append(samples, s)
 		mu.Unlock()
-		fmt.Fprintf(out, "%8s %10d %6d %9.1f %10d %10.1f %9.1f\n", s.At.Round(time.Second), s.Requests, s.Errors,
-			float64(s.RSSKB)/1024, s.Goroutines, float64(s.StoreBytes)/(1<<20), float64(s.LogBytes)/(1<<20))
+		fmt.Fprintf(out, "%8s %10d %6d %9.1f %10d %10.1f %9.1f %9.0f %10d\n", s.At.Round(time.Second), s.Requests, s.Errors,
+			float64(s.RSSKB)/1024, s.Goroutines, float64(s.StoreBytes)/(1<<20), float64(s.LogBytes)/(1<<20),
+			float64(s.CPUPerRequest)/float64(time.Microsecond), s.WrittenPerRequest)
 	}
 	done := make(chan struct{})
 	var sampling sync.WaitGroup
@@ -247,6 +264,18 @@ func (c *soakCounter) load() (int64, int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.requests, c.errors
+}
+
+// writtenBytes is what the process has had written to disk
+// (/proc/PID/io write_bytes: the store's log, checkpoints and fsyncs
+// reaching the block layer), 0 when unreadable.
+func writtenBytes(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	if err != nil {
+		return 0
+	}
+	v, _ := strconv.ParseInt(statusValue(b, "write_bytes"), 10, 64)
+	return v
 }
 
 // rss is the process's current resident size (KiB).

@@ -70,7 +70,8 @@ func TestQuantile(t *testing.T) {
 func TestSoakTrends(t *testing.T) {
 	flat := func(i int) soakSample {
 		return soakSample{At: time.Duration(i) * time.Second, Requests: int64(1000 * (i + 1)), RSSKB: 100 << 10, Goroutines: 40,
-			StoreBytes: 1<<20 + int64(1000*(i+1))*500, LogBytes: int64(i%3) << 20}
+			StoreBytes: 1<<20 + int64(1000*(i+1))*500, LogBytes: int64(i%3) << 20,
+			CPUPerRequest: 200 * time.Microsecond, WrittenPerRequest: 3000}
 	}
 	var samples []soakSample
 	for i := range 12 {
@@ -94,6 +95,15 @@ func TestSoakTrends(t *testing.T) {
 	bad, err := soakTrends(leaking, 2*time.Second)
 	if err != nil || len(bad) != 2 || !strings.Contains(bad[0], "goroutines") || !strings.Contains(bad[1], "store file per request") {
 		t.Fatalf("leaks: %v, %v", bad, err)
+	}
+	slowing := slices.Clone(samples)
+	for i := range slowing {
+		slowing[i].CPUPerRequest += time.Duration(i) * 20 * time.Microsecond // the store's work grows with its size
+		slowing[i].WrittenPerRequest += int64(i) << 10
+	}
+	bad, err = soakTrends(slowing, 2*time.Second)
+	if err != nil || len(bad) != 2 || !strings.Contains(bad[0], "CPU per request") || !strings.Contains(bad[1], "disk written per request") {
+		t.Fatalf("a call growing costlier: %v, %v", bad, err)
 	}
 	if _, err := soakTrends(samples[:4], 2*time.Second); err == nil {
 		t.Fatal("two samples after the warm-up: want an error")
