@@ -1,0 +1,76 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"testing"
+
+	"github.com/haltline/haltline/store"
+)
+
+func stampOf(v []byte) string {
+	sum := sha1.Sum(v)
+	return hex.EncodeToString(sum[:])
+}
+
+// A guarded write is applied only while the run's stored snapshot is the
+// one the writer names and nobody holds the run's lock; otherwise nothing
+// of it is written.
+func TestApplyGuarded(t *testing.T) {
+	t.Parallel()
+	rs := openReplicas(t, 2)
+	a, b := rs[0], rs[1]
+	ctx := context.Background()
+	v1 := []byte(`{"version":1}`)
+	commit(t, a, store.Op{Bucket: store.Runs, Key: []byte("r1"), Value: v1})
+	get := func(bk store.Bucket, k string) string {
+		t.Helper()
+		v, err := b.Get(bk, []byte(k))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(v)
+	}
+	v2 := []byte(`{"version":2}`)
+	ops := []store.Op{
+		{Bucket: store.Events, Key: []byte("r1-1"), Value: []byte("e")},
+		{Bucket: store.Unfinished, Key: []byte("r1")},
+		{Bucket: store.Runs, Key: []byte("r1"), Value: v2},
+	}
+	commit(t, a, store.Op{Bucket: store.Unfinished, Key: []byte("r1"), Value: []byte("1")})
+	// A stamp of another snapshot: nothing written.
+	if ok, err := a.ApplyGuarded(ctx, "r1", stampOf([]byte(`{"version":0}`)), ops, nil); err != nil || ok {
+		t.Fatalf("stale stamp: applied %v, %v", ok, err)
+	}
+	if got := get(store.Runs, "r1"); got != string(v1) || get(store.Events, "r1-1") != "" || get(store.Unfinished, "r1") != "1" {
+		t.Fatalf("a failed guard wrote: run %s", got)
+	}
+	// The lock held by another replica: nothing written.
+	unlock, err := b.Lock(ctx, "r1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := a.ApplyGuarded(ctx, "r1", stampOf(v1), ops, nil); err != nil || ok {
+		t.Fatalf("lock held: applied %v, %v", ok, err)
+	}
+	if got := get(store.Runs, "r1"); got != string(v1) {
+		t.Fatalf("a write under another's lock: run %s", got)
+	}
+	unlock()
+	// The snapshot held and no lock: every op applied.
+	if ok, err := a.ApplyGuarded(ctx, "r1", stampOf(v1), ops, nil); err != nil || !ok {
+		t.Fatalf("guard held: applied %v, %v", ok, err)
+	}
+	if get(store.Runs, "r1") != string(v2) || get(store.Events, "r1-1") != "e" || get(store.Unfinished, "r1") != "" {
+		t.Fatal("a guarded write was not applied whole")
+	}
+	var keys []string
+	if err := b.Scan(store.Events, func(k, _ []byte) error { keys = append(keys, string(k)); return nil }); err != nil || len(keys) != 1 {
+		t.Fatalf("the key index: %v %v", keys, err)
+	}
+	// The same stamp again: the run moved on, the guard fails.
+	if ok, err := a.ApplyGuarded(ctx, "r1", stampOf(v1), ops, nil); err != nil || ok {
+		t.Fatalf("second write on the old stamp: applied %v, %v", ok, err)
+	}
+}
