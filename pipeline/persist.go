@@ -267,6 +267,9 @@ func (p *Pipeline) persistOps(r *runstate.Run) []store.Op {
 		p.log.Error("cannot encode run", "run_id", runstate.NameOf(r.ID), "tenant", runstate.TenantOf(r.ID), "err", err)
 		return nil
 	}
+	if g != nil && p.tx.Optimistic() {
+		g.stamp = stampOf(v)
+	}
 	var key []byte
 	if g != nil {
 		key = g.idBytes(r.ID)

@@ -267,14 +267,14 @@ func serverCPU(b *testing.B, book *Book) time.Duration {
 	return time.Duration(total * float64(time.Second))
 }
 
-// A governed call on Redis makes at most 7 round trips for a run's first
-// call (the run looked up; Begin's lock with the run's snapshot; the run's
-// ledger made and read; the reservation, with the budget header's read;
-// the commit that lets go of the lock; Finish's lock with the settlement
-// and the header's read again; the commit), 5 for the next ones, Begin's
-// lock reading the run's ledger too. There were 14 and 12 when a lock,
-// its reads, its release, the header's read and the settlement were
-// round trips of their own. Begin's commit is not waited for before the
+// A governed call on Redis makes at most 4 round trips, a run's first
+// included: Begin's lock with the run's snapshot and ledger; the
+// reservation, with a new run's ledgers made ahead of it and the budget
+// header's read; the commit that lets go of the lock; Finish's
+// settlement with the header's read again and the run's write, guarded
+// by the stored run (this replica moved it last). There were 14 and 12
+// when a lock, its reads, its release, the header's read and the
+// settlement were round trips of their own, 5 when Finish took the lock. Begin's commit is not waited for before the
 // call goes out: it lands while the provider answers
 // (TestBeginCommitsBehindTheCall).
 func TestRedisCallRoundTrips(t *testing.T) {
@@ -290,7 +290,7 @@ func TestRedisCallRoundTrips(t *testing.T) {
 		}
 		p.Finish(ctx, tn, pipeline.Outcome{Status: 200, Body: toolCallAnswer(step)})
 		p.Headers(tn, func(string, string) {})
-		want := int64(5)
+		want := int64(4)
 		if n := rt.n.Load(); n > want {
 			t.Errorf("step %d: %d round trips, want at most %d", step+1, n, want)
 		}
@@ -335,10 +335,22 @@ func isSettlement(c redis.Cmder) bool {
 	return c.Name() == "evalsha" && len(c.Args()) > 1 && c.Args()[1] == settleScript.Hash()
 }
 
+// isGuardedWrite reports a run's write without its lock
+// (redisstore.Store.ApplyGuarded), whose first key is the run's lock.
+func isGuardedWrite(c redis.Cmder) bool {
+	a := c.Args()
+	if c.Name() != "evalsha" || len(a) < 4 {
+		return false
+	}
+	k, _ := a[3].(string)
+	return strings.Contains(k, ":lock:run:")
+}
+
 // commitGate holds back a client's commits (MULTI/EXEC with writes, not
 // the book's reads) while it is shut, and writes, in order, when each
-// lock (with a settlement in its round trip or not) and each settlement
-// of its own is sent, and when each commit has landed.
+// lock (with a settlement in its round trip or not), each settlement
+// (of its own, or with a run's guarded write) is sent, and when each
+// commit has landed.
 type commitGate struct {
 	shut atomic.Pointer[chan struct{}]
 	mu   sync.Mutex
@@ -379,6 +391,8 @@ func (g *commitGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 			} else {
 				g.note("lock")
 			}
+		case isSettlement(cmds[0]) && slices.ContainsFunc(cmds, isGuardedWrite):
+			g.note("settle+write")
 		case isSettlement(cmds[0]):
 			g.note("settle")
 		}
@@ -388,8 +402,8 @@ func (g *commitGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 
 // On Redis, a forwarded call does not wait for Begin's commit (its state,
 // with the lock's release): the commit lands while the provider answers,
-// and Finish takes the run's lock only once it has, so the call's own
-// commit never makes its Finish wait for the lock. A stream's first byte
+// and Finish writes the run only once it has, so the call's own commit
+// never makes its Finish's guarded write fail. A stream's first byte
 // then waits for 4 round trips of a new run, the commit not among them.
 func TestBeginCommitsBehindTheCall(t *testing.T) {
 	t.Parallel()
@@ -436,19 +450,20 @@ func TestBeginCommitsBehindTheCall(t *testing.T) {
 		close(shut)
 		<-finished
 		log := gate.take()
-		// Begin's lock, its commit, Finish's lock with its settlement,
-		// Finish's commit.
-		if log != "lock commit lock+settle commit" {
-			t.Errorf("stream %v: locks and commits in the order %q, want Finish's lock after Begin's commit", stream, log)
+		// Begin's lock, its commit, Finish's settlement with the run's
+		// guarded write.
+		if log != "lock commit settle+write" {
+			t.Errorf("stream %v: locks and commits in the order %q, want Finish's guarded write after Begin's commit", stream, log)
 		}
 	}
 }
 
-// On Redis, Finish's settlement goes out in the round trip of its run's
-// lock (a settlement needs no lock): Finish waits for 2 round trips,
-// where it waited for 3, a settlement, the lock, the commit, one after
-// the other.
-func TestFinishSettlesInItsLocksRoundTrip(t *testing.T) {
+// On Redis, on the replica that moved the run last, Finish's settlement
+// and the run's write go out in one round trip, the write guarded by the
+// stored run (a settlement needs no lock): Finish waits for 1 round trip
+// after Begin's commit, where it waited for 2, the lock with the
+// settlement and the commit, and 3 before that.
+func TestFinishSettlesWithItsGuardedWrite(t *testing.T) {
 	t.Parallel()
 	p, rt, gate := gatedReplica(t)
 	ctx := context.Background()
@@ -463,11 +478,11 @@ func TestFinishSettlesInItsLocksRoundTrip(t *testing.T) {
 		n := rt.n.Load()
 		log := gate.take()
 		// Begin's commit lands behind the call: Finish waits for it first.
-		if !strings.HasSuffix(log, "lock+settle commit") || strings.Contains(log, " settle") {
-			t.Errorf("step %d: Finish sent %q, want its settlement in its lock's round trip", step+1, log)
+		if !strings.HasSuffix(log, "commit settle+write") || strings.Contains(log, "lock") {
+			t.Errorf("step %d: Finish sent %q, want its settlement with its guarded write", step+1, log)
 		}
-		if n > 3 {
-			t.Errorf("step %d: Finish made %d round trips, want at most 3 (Begin's commit, the lock with the settlement, the commit)", step+1, n)
+		if n > 2 {
+			t.Errorf("step %d: Finish made %d round trips, want at most 2 (Begin's commit, the settlement with the guarded write)", step+1, n)
 		}
 		var remaining string
 		p.Headers(tn, func(k, v string) {
@@ -476,7 +491,7 @@ func TestFinishSettlesInItsLocksRoundTrip(t *testing.T) {
 			}
 		})
 		if remaining == "" {
-			t.Errorf("step %d: no budget header after a settlement read in the lock's round trip", step+1)
+			t.Errorf("step %d: no budget header after a settlement read with the guarded write", step+1)
 		}
 	}
 }

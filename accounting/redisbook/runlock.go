@@ -75,3 +75,39 @@ func (l RunLock[Op]) LockReadRiding(ctx context.Context, runID, ledger string, n
 	}
 	return unlock, release, snapshot, state, nil
 }
+
+// GuardedWriter is a Locker that can also write a run without its lock,
+// guarded (redisstore.Store.ApplyGuarded): applied only while the lock is
+// free and the run's stored snapshot is the one stamp names.
+type GuardedWriter[Op any] interface {
+	ApplyGuarded(ctx context.Context, runID, stamp string, ops []Op, ride func(redis.Pipeliner)) (applied bool, err error)
+}
+
+// WriteGuarded writes ops as GuardedWriter does, with a settlement
+// (Book.SettleRider, nil for none) ahead of them in the same round trip:
+// a call's end on the replica that moved its run last is then one round
+// trip, where a lock carrying the settlement and a commit were two. The
+// settlement does not depend on the guard: it is made whether or not the
+// write is applied, and its rider's Result tells what it came to. A
+// Locker that cannot write guarded writes nothing (applied false).
+func (l RunLock[Op]) WriteGuarded(ctx context.Context, runID, stamp string, ops []Op, rider accounting.Rider) (applied bool, err error) {
+	gw, ok := l.Locker.(GuardedWriter[Op])
+	if !ok {
+		return false, nil
+	}
+	settle, _ := rider.(*settleRider)
+	if settle != nil && settle.b.rdb != l.Book.rdb {
+		settle = nil
+	}
+	return gw.ApplyGuarded(ctx, runID, stamp, ops, func(p redis.Pipeliner) {
+		if settle != nil {
+			settle.queue(ctx, p)
+		}
+	})
+}
+
+// Guarded reports whether the Locker can write guarded (WriteGuarded).
+func (l RunLock[Op]) Guarded() bool {
+	_, ok := l.Locker.(GuardedWriter[Op])
+	return ok
+}
