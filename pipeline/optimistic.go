@@ -9,6 +9,7 @@ import (
 	"github.com/haltline/haltline/accounting"
 	"github.com/haltline/haltline/pipeline/runtx"
 	"github.com/haltline/haltline/runstate"
+	"github.com/haltline/haltline/store"
 	"github.com/haltline/haltline/wire"
 )
 
@@ -37,15 +38,17 @@ func (g *governance) hold(f func()) { *g.held = append(*g.held, f) }
 // Finish takes the lock as before.
 //
 // When the guard fails (another replica moved the run, or holds its
-// lock), the settlement was made all the same and the lock is taken: a
-// stored run newer than the one held here replaces it and the call's end
-// is made again on it, quietly for what it already told; else (this
-// replica's own last write had not landed) the write the guard refused is
-// made under the lock. What the observer hears and the children a call's
-// end cancels are held back until then, so the end made again does not
-// tell them twice. The settlement's answer (a failure to defer, the
-// headroom for the header) changes nothing of the run, so it is read once
-// the round trip is back.
+// lock), the settlement was made all the same; the write is taken back
+// into the run (unwrite), and the lock is taken. A stored run newer than
+// the one held here replaces it (refresh), and the call's end is made
+// again on it; else the end stands as made and is committed under the
+// lock. What the observer hears and the children an end cancels are held
+// back until then, so that an end made again does not tell them twice.
+// The settlement's answer (a failure to keep for later, the headroom for
+// the budget header) changes nothing of the run: it is read once the
+// round trip is back. A write whose answer was lost (an error) may have
+// been applied: the run is then written as held (runtx.Need.AsHeld), as a
+// settlement without the lock is, rather than ended twice.
 func (p *Pipeline) finishGuarded(ctx context.Context, t *Turn, out Outcome, cut bool, resp *wire.Response, booked settlement,
 	rider accounting.Rider, now time.Time) (answer *Answer, c runtx.Pending, ok bool) {
 	r := t.run
@@ -58,49 +61,63 @@ func (p *Pipeline) finishGuarded(ctx context.Context, t *Turn, out Outcome, cut 
 		r.Unlock()
 		return nil, c, false
 	}
-	version, stamp := g.version, g.stamp
 	var held []func()
 	g.held = &held
 	t.settleLater, t.headroomRead = true, false
 	answer = p.finishLocked(ctx, t, out, cut, resp, booked, rider, now)
 	p.closeReservation(t, g)
-	ops, applied, err := p.tx.WriteGuarded(ctx, r, stamp, rider)
+	before := g.beforeWrite()
+	ops, applied, err := p.tx.WriteGuarded(ctx, r, before.stamp, rider)
 	g.held = nil
-	wrote := g.stamp
-	if err != nil {
-		p.log.Warn("guarded run write failed; taking the run's lock", "run_id", runstate.NameOf(r.ID), "tenant", runstate.TenantOf(r.ID), "err", err)
-	}
 	if applied {
 		tellHeld(held)
+		r.TrimEvents(g.savedSeq, eventsInMemory)
 		r.Unlock()
 		p.settled(ctx, t, rider, booked.actual, now)
 		return answer, c, true
 	}
-	// The run as this replica held it before the call's end: a stored run
-	// newer than that replaces it (refresh).
-	g.version = version
+	if err != nil {
+		p.log.Warn("guarded run write failed; writing the run under its lock", "run_id", runstate.NameOf(r.ID), "tenant", runstate.TenantOf(r.ID), "err", err)
+	}
+	g.unwrite(before, ops)
 	r.Unlock()
-	tx, err := p.tx.Open(ctx, r, runtx.Need{GoOn: true})
-	p.settlingOpen(r, err)
+	tx, oerr := p.tx.Open(ctx, r, runtx.Need{GoOn: true, AsHeld: err != nil})
+	p.settlingOpen(r, oerr)
 	p.settled(ctx, t, rider, booked.actual, now)
-	switch ng := govOf(r); {
-	case ng == g:
+	if govOf(r) == g {
 		// Not replaced: the call's end stands as made, and so does what it
 		// told.
-		g.version = version + 1
 		tellHeld(held)
-		return answer, tx.Resend(ops), true
-	case ng.stamp == wrote:
-		// The stored run is the write itself, applied with its answer lost
-		// (a retry then found the guard moved on): the call's end is made.
-		tellHeld(held)
-		tx.Close()
-		return answer, c, true
+		return answer, tx.Commit(runtx.Wait), true
 	}
 	t.pendingEnd, t.replacement, t.readAnswer = nil, nil, nil
 	answer = p.finishLocked(ctx, t, out, cut, resp, booked, rider, now)
 	p.closeReservation(t, govOf(r))
 	return answer, tx.Commit(runtx.Wait), true
+}
+
+// written is what a write of the run moves on its governance
+// (persistOps), kept so that a write the guard refused is taken back
+// (unwrite): the run's next commit, whoever makes it, then writes what
+// this one held.
+type written struct {
+	version, savedSeq, recordSeq int64
+	indexed                      runIndex
+	owned                        []byte
+	stamp                        string
+	pending                      int // queued writes: the first ops of the write
+}
+
+func (g *governance) beforeWrite() written {
+	return written{version: g.version, savedSeq: g.savedSeq, recordSeq: g.recordSeq, indexed: g.indexed,
+		owned: g.owned, stamp: g.stamp, pending: len(g.pending)}
+}
+
+// unwrite takes back a write of ops that was not applied: the run is as
+// if it had not been written. persistOps puts the queued writes first.
+func (g *governance) unwrite(w written, ops []store.Op) {
+	g.version, g.savedSeq, g.recordSeq, g.indexed, g.owned, g.stamp = w.version, w.savedSeq, w.recordSeq, w.indexed, w.owned, w.stamp
+	g.pending = append(g.pending[:0], ops[:w.pending]...)
 }
 
 // tellHeld tells what a guarded call's end held back (governance.held).

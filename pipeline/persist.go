@@ -259,7 +259,9 @@ func (p *Pipeline) persistOps(r *runstate.Run) []store.Op {
 			ops = append(ops, store.Op{Bucket: store.Events, Key: store.EventKey(r.ID, g.recordSeq), Value: v})
 		}
 		g.savedSeq = run.LastEventSeq
-		r.TrimEvents(g.savedSeq, eventsInMemory)
+		if !g.holding() { // a guarded write may be taken back (unwrite)
+			r.TrimEvents(g.savedSeq, eventsInMemory)
+		}
 		ops = p.recordingOps(r, g, now, ops)
 	}
 	v, err := encodeRun(&run, g)

@@ -2,6 +2,7 @@ package redisbook
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -12,12 +13,13 @@ import (
 	"github.com/haltline/haltline/store/redisstore"
 	"github.com/haltline/haltline/store/redisstore/redistest"
 	"github.com/haltline/haltline/wire/openai"
+	"github.com/redis/go-redis/v9"
 )
 
 // replicas are n pipelines as n replicas on one Redis run them (each its
 // own client, store, book and run locks, one prefix), with the first
-// one's book.
-func replicas(t *testing.T, n int) ([]*pipeline.Pipeline, *Book) {
+// one's book and each one's store.
+func replicas(t *testing.T, n int) ([]*pipeline.Pipeline, *Book, []*redisstore.Store) {
 	t.Helper()
 	prefix := redistest.Prefix(t)
 	t.Cleanup(func() { redistest.Drop(redisURL, prefix) })
@@ -27,19 +29,21 @@ func replicas(t *testing.T, n int) ([]*pipeline.Pipeline, *Book) {
 	}
 	var out []*pipeline.Pipeline
 	var first *Book
+	var stores []*redisstore.Store
 	for range n {
 		st, err := redisstore.Open(redisURL, prefix)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { st.Close() })
+		stores = append(stores, st)
 		book := New(st.Client(), prefix)
 		if first == nil {
 			first = book
 		}
 		out = append(out, pipeline.New(pipeline.Options{Policy: pol, Book: book, Store: st, RunLock: RunLock[store.Op]{Locker: st, Book: book}}))
 	}
-	return out, first
+	return out, first, stores
 }
 
 // A call's end on the replica that moved its run last is written without
@@ -50,7 +54,7 @@ func replicas(t *testing.T, n int) ([]*pipeline.Pipeline, *Book) {
 // either replica's calls is lost, and each call is booked once.
 func TestGuardedFinishFallsBackOnConflict(t *testing.T) {
 	t.Parallel()
-	ps, book := replicas(t, 2)
+	ps, book, _ := replicas(t, 2)
 	a, b := ps[0], ps[1]
 	ctx := context.Background()
 	const run = "r-conflict"
@@ -93,5 +97,94 @@ func TestGuardedFinishFallsBackOnConflict(t *testing.T) {
 	_, spent, reserved := snapshot(t, book, "run:"+run, time.Now())
 	if spent.Steps != 3 || spent.InputTokens != 3000 || reserved.Steps != 0 {
 		t.Errorf("run ledger: spent %+v, reserved %+v; want 3 steps and 3000 input tokens spent, nothing reserved", spent, reserved)
+	}
+}
+
+// guardSignal tells, on a client, when a guarded write's round trip is
+// back.
+type guardSignal struct{ done chan struct{} }
+
+func (g *guardSignal) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (g *guardSignal) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (g *guardSignal) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		if slices.ContainsFunc(cmds, isGuardedWrite) {
+			select {
+			case g.done <- struct{}{}:
+			default:
+			}
+		}
+		return err
+	}
+}
+
+// When another replica holds the run's lock as a call ends, the guarded
+// write is refused; the run was not moved, so the call's end stands as
+// made and is committed under the lock once it is free, whole: its step,
+// its events and its ledger's settlement, each once.
+func TestGuardedFinishWaitsForAHeldLock(t *testing.T) {
+	t.Parallel()
+	ps, book, stores := replicas(t, 2)
+	a := ps[0]
+	sig := &guardSignal{done: make(chan struct{}, 1)}
+	stores[0].Client().AddHook(sig)
+	ctx := context.Background()
+	const run = "r-held"
+	begin := func() *pipeline.Turn {
+		t.Helper()
+		tn := a.Begin(ctx, &pipeline.Call{Body: benchBody(), RunID: run}, openai.Chat{})
+		if tn.Answer != nil {
+			t.Fatalf("refused: %s", tn.Answer.Body)
+		}
+		return tn
+	}
+	a.Finish(ctx, begin(), pipeline.Outcome{Status: 200, Body: toolCallAnswer(1)})
+	tn := begin()
+	// Another replica holds the run's lock as the call ends (it has it
+	// once Begin's commit let go of it).
+	unlock, err := stores[1].Lock(ctx, run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-sig.done: // the first call's
+	default:
+	}
+	finished := make(chan struct{})
+	go func() {
+		a.Finish(ctx, tn, pipeline.Outcome{Status: 200, Body: toolCallAnswer(2)})
+		close(finished)
+	}()
+	<-sig.done
+	unlock()
+	<-finished
+	rec, ok, err := a.Record(run)
+	if err != nil || !ok {
+		t.Fatalf("record: %v %v", ok, err)
+	}
+	if rec.AgentSteps != 2 || rec.InputTokens != 2000 || rec.ToolCalls != 2 {
+		t.Errorf("%d steps, %d input tokens, %d tool calls; want 2, 2000, 2", rec.AgentSteps, rec.InputTokens, rec.ToolCalls)
+	}
+	// The other replica reads the run from the store.
+	evs, _, err := ps[1].Events(run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := 0
+	for _, e := range evs {
+		if e.Type == runstate.EventModelCall {
+			calls++
+		}
+	}
+	if calls != 2 {
+		t.Errorf("%d model call events stored, want 2", calls)
+	}
+	if rec, _, _ := ps[1].Record(run); rec.AgentSteps != 2 {
+		t.Errorf("the other replica reads %d steps, want 2", rec.AgentSteps)
+	}
+	_, spent, reserved := snapshot(t, book, "run:"+run, time.Now())
+	if spent.Steps != 2 || reserved.Steps != 0 {
+		t.Errorf("run ledger: spent %+v, reserved %+v; want 2 steps spent, nothing reserved", spent, reserved)
 	}
 }

@@ -269,23 +269,6 @@ func (tx *Tx) applyReleasing() (saved <-chan error, carried, wait bool) {
 	return tx.m.cfg.Store.Apply(ops), carried, true
 }
 
-// Resend commits ops, a write of the run that a guard refused
-// (Manager.WriteGuarded), under the run's lock, as Wait does: the run in
-// memory was not older than the stored one, so what the write held
-// stands. The lock is let go in the commit when it can be.
-func (tx *Tx) Resend(ops []store.Op) Pending {
-	m, r := tx.m, tx.r
-	c := Pending{m: m, id: r.ID, unlock: tx.unlock, wait: true}
-	if len(ops) > 0 {
-		if tx.pre.release.Bucket == store.LockRelease {
-			ops, c.carried = append(ops[:len(ops):len(ops)], tx.pre.release), true
-		}
-		c.saved = m.cfg.Store.Apply(ops)
-	}
-	r.Unlock()
-	return c
-}
-
 // Send commits the run now and returns the commit's channel (nil when
 // there is nothing to write), for Wait. The caller holds r's mutex, and
 // the run's lock when replicas share the store.

@@ -2,6 +2,8 @@ package redisstore
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"fmt"
 
 	"github.com/haltline/haltline/store"
@@ -10,19 +12,25 @@ import (
 
 // guardedLua: KEYS[1] the run's lock, KEYS[2] the runs' values (hash),
 // then each op's key index and values (sorted set, hash). ARGV: the run's
-// key, the SHA-1 (hex) of the snapshot the writer holds, then per op its
-// key, "1" to put or "0" to delete, and its value. The ops are applied
-// only while nobody holds the run's lock and the stored snapshot is the
-// one the writer holds: no other replica moved the run since. Returns 1
-// when applied, 0 when the guard failed (nothing written).
+// key, the SHA-1 (hex) of the snapshot the writer holds, that of the
+// snapshot it writes (” when it writes none), then per op its key, "1"
+// to put or "0" to delete, and its value. The ops are applied only while
+// nobody holds the run's lock and the stored snapshot is the one the
+// writer holds: no other replica moved the run since. Returns 1 when
+// applied, or found applied already: go-redis sends a pipeline again
+// after a lost reply, and the write it finds is its own. 0 when the
+// guard failed (nothing written).
 var guardedScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 local cur = redis.call('HGET', KEYS[2], ARGV[1])
-if not cur or redis.sha1hex(cur) ~= ARGV[2] then return 0 end
-for i = 1, (#ARGV - 2) / 3 do
-  local kk, vk, k = KEYS[1 + 2 * i], KEYS[2 + 2 * i], ARGV[3 * i]
-  if ARGV[3 * i + 1] == '1' then
-    redis.call('HSET', vk, k, ARGV[3 * i + 2])
+if not cur then return 0 end
+local sum = redis.sha1hex(cur)
+if sum == ARGV[3] then return 1 end
+if sum ~= ARGV[2] then return 0 end
+for i = 1, (#ARGV - 3) / 3 do
+  local kk, vk, k = KEYS[1 + 2 * i], KEYS[2 + 2 * i], ARGV[3 * i + 1]
+  if ARGV[3 * i + 2] == '1' then
+    redis.call('HSET', vk, k, ARGV[3 * i + 3])
     redis.call('ZADD', kk, 0, k)
   else
     redis.call('HDEL', vk, k)
@@ -37,7 +45,9 @@ return 1
 // run's lock and the run's stored snapshot (store.Runs, key runID) is
 // still the one whose SHA-1 (hex) is stamp, the one this writer last
 // wrote or read. Otherwise nothing is written and applied is false: the
-// caller takes the lock and catches up with the run instead. ride, when
+// caller takes the lock and catches up with the run instead. A write
+// that finds the run's snapshot it writes stored already was applied by
+// an earlier send of the same round trip: applied is true. ride, when
 // not nil, adds another user's commands on the same client ahead of the
 // script in the same round trip (the ledger book's settlement), as
 // LockRead's does; their replies are the caller's to read, and an error
@@ -47,9 +57,13 @@ return 1
 func (s *Store) ApplyGuarded(ctx context.Context, runID, stamp string, ops []store.Op, ride func(redis.Pipeliner)) (applied bool, err error) {
 	keys := make([]string, 0, 2+2*len(ops))
 	keys = append(keys, s.prefix+"lock:run:"+runID, s.valsKey(store.Runs))
-	args := make([]any, 0, 2+3*len(ops))
-	args = append(args, runID, stamp)
+	args := make([]any, 0, 3+3*len(ops))
+	args = append(args, runID, stamp, "")
 	for _, op := range ops {
+		if op.Bucket == store.Runs && string(op.Key) == runID && op.Value != nil {
+			sum := sha1.Sum(op.Value)
+			args[2] = hex.EncodeToString(sum[:])
+		}
 		if !known(op.Bucket) {
 			return false, fmt.Errorf("store: no bucket %q", op.Bucket)
 		}

@@ -69,8 +69,17 @@ func TestApplyGuarded(t *testing.T) {
 	if err := b.Scan(store.Events, func(k, _ []byte) error { keys = append(keys, string(k)); return nil }); err != nil || len(keys) != 1 {
 		t.Fatalf("the key index: %v %v", keys, err)
 	}
-	// The same stamp again: the run moved on, the guard fails.
-	if ok, err := a.ApplyGuarded(ctx, "r1", stampOf(v1), ops, nil); err != nil || ok {
-		t.Fatalf("second write on the old stamp: applied %v, %v", ok, err)
+	// The same write again (a pipeline sent again after a lost reply):
+	// found applied.
+	if ok, err := a.ApplyGuarded(ctx, "r1", stampOf(v1), ops, nil); err != nil || !ok {
+		t.Fatalf("the same write again: applied %v, %v", ok, err)
+	}
+	// Another write on the old stamp: the run moved on, the guard fails.
+	other := []store.Op{{Bucket: store.Runs, Key: []byte("r1"), Value: []byte(`{"version":3}`)}}
+	if ok, err := a.ApplyGuarded(ctx, "r1", stampOf(v1), other, nil); err != nil || ok {
+		t.Fatalf("a second write on the old stamp: applied %v, %v", ok, err)
+	}
+	if got := get(store.Runs, "r1"); got != string(v2) {
+		t.Fatalf("a write on the old stamp was applied: run %s", got)
 	}
 }
