@@ -13,7 +13,7 @@ import (
 // guardedLua: KEYS[1] the run's lock, KEYS[2] the runs' values (hash),
 // then each op's key index and values (sorted set, hash). ARGV: the run's
 // key, the SHA-1 (hex) of the snapshot the writer holds, that of the
-// snapshot it writes (” when it writes none), then per op its key, "1"
+// snapshot it writes (empty when it writes none), then per op its key, "1"
 // to put or "0" to delete, and its value. The ops are applied only while
 // nobody holds the run's lock and the stored snapshot is the one the
 // writer holds: no other replica moved the run since. Returns 1 when
