@@ -212,15 +212,21 @@ func (p *rttProxy) quiet() {
 // Two replicas on one Redis: a model call's round trips to Redis, counted
 // on the wire, for a new run and a run's later steps (on the replica that
 // moved it last, and on the other one), answered whole and streamed.
-// Every kind makes 4: Begin's run lock (with the run's snapshot, which
-// brings a run this replica does not hold into memory, and its ledger),
-// the reservation (with the run's ledgers made ahead of it for a new run,
-// and the budget header's headroom when streamed), Begin's commit (which
-// lets go of the lock, landing while the provider answers), and Finish's
-// settlement (with the header's headroom) with the run's write, guarded by
-// the stored run instead of its lock (Begin's commit made this replica the
-// one that moved the run last). Each bound is what the call makes, so
-// that one round trip more fails.
+// A later step on the replica that moved the run last makes 2, neither
+// taking the run's lock: Begin's reservation with the run's write,
+// applied only if the reservation was made and no other replica moved
+// the run (the stored snapshot is the one this replica wrote); Finish's
+// settlement (with the budget header's headroom) with the run's write,
+// guarded so too. A new run, and a run this replica did not move last,
+// make 4: Begin's run lock (with the run's snapshot, which brings a run
+// this replica does not hold into memory, and its ledger), the
+// reservation (with the run's ledgers made ahead of it for a new run, and
+// the budget header's headroom when streamed), Begin's commit (which lets
+// go of the lock, landing while the provider answers), and Finish's
+// guarded write. A replica that held the run but was not the last to move
+// it tries the first way, is refused, and takes the lock: 5, the lock's
+// round trip releasing the refused reservation. Each bound is what the
+// call makes, so that one round trip more fails.
 func TestRedisRoundTripsPerCall(t *testing.T) {
 	t.Parallel()
 	bin := buildGateway(t)
@@ -263,11 +269,11 @@ func TestRedisRoundTripsPerCall(t *testing.T) {
 		max    int
 	}{
 		{"new run", a, "r-one", 1, false, 4},
-		{"later step", a, "r-one", 2, false, 4},
+		{"later step", a, "r-one", 2, false, 2},
 		{"later step, other replica", b, "r-one", 3, false, 4},
-		{"later step, back again", a, "r-one", 4, false, 4},
+		{"later step, back again", a, "r-one", 4, false, 5},
 		{"new run, streamed", a, "r-two", 1, true, 4},
-		{"later step, streamed", a, "r-two", 2, true, 4},
+		{"later step, streamed", a, "r-two", 2, true, 2},
 		{"later step, streamed, other replica", b, "r-two", 3, true, 4},
 	} {
 		n := call(k.g, k.run, k.step, k.stream)

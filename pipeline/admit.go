@@ -46,6 +46,18 @@ func (p *Pipeline) Begin(ctx context.Context, call *Call, codec wire.Codec) *Tur
 		t.Answer = errorAnswer(codec, wire.ErrUnavailable, "run store unavailable, retry later", nil)
 		return t
 	}
+	// Without the lock on the replica that moved the run last: the
+	// reservation and the run's write in one round trip.
+	var free accounting.Rider
+	if named == "" && !created {
+		var began bool
+		var again *Turn
+		if began, again, free = p.beginGuarded(ctx, t, r); began {
+			return t
+		} else if again != nil {
+			t = again
+		}
+	}
 	// lock: the run's transaction, up to date with the store
 	var tx runtx.Tx
 	if named != "" {
@@ -56,7 +68,14 @@ func (p *Pipeline) Begin(ctx context.Context, call *Call, codec wire.Codec) *Tur
 		t.run = r
 	} else {
 		t.run = r
-		if tx, err = p.tx.Open(ctx, r, runtx.Need{Ledger: true}); err != nil {
+		tx, err = p.tx.Open(ctx, r, runtx.Need{Ledger: true, Rider: free})
+		if free != nil {
+			if _, _, ferr := free.Result(ctx); ferr != nil {
+				// The lease frees it at the latest.
+				p.log.Warn("release failed; the lease will free the budget", "run_id", runstate.NameOf(r.ID), "tenant", runstate.TenantOf(r.ID), "err", ferr)
+			}
+		}
+		if err != nil {
 			p.unavailable(t, err)
 			return t
 		}
@@ -353,6 +372,11 @@ func (p *Pipeline) reserve(ctx context.Context, t *Turn, g *governance, maxOut i
 		ar, ahead := p.book.(ensureAheadReserver)
 		hr, reads := p.book.(headroomReserver)
 		switch {
+		case t.reserveLater != nil:
+			// With the run's guarded write (beginGuarded): taken as made
+			// here, and the write stands only if it was.
+			t.prepared = t.reserveLater.PrepareReserve(g.ledgers, want, false, p.opts.Lease, now, t.Req.Stream, true)
+			res = t.prepared.Hold()
 		case ahead && t.ahead != nil:
 			// The run's ledgers are made in the reservation's round trip.
 			res, short, t.headroom, t.headroomRead, err = ar.ReserveEnsuring(ctx, t.ahead, now, g.ledgers, want, false, p.opts.Lease, now, t.Req.Stream, true)
@@ -370,7 +394,7 @@ func (p *Pipeline) reserve(ctx context.Context, t *Turn, g *governance, maxOut i
 			return p.unavailable(t, err)
 		}
 		if short == nil {
-			p.obs.Reservation("ok")
+			p.reservationSeen(g, "ok")
 			t.res, t.reserved = res, want
 			p.trackReservation(t, g, res)
 			return false
@@ -383,7 +407,7 @@ func (p *Pipeline) reserve(ctx context.Context, t *Turn, g *governance, maxOut i
 		}
 		wrapLine = shortfallLine(short)
 		if reject {
-			p.obs.Reservation("refused")
+			p.reservationSeen(g, "refused")
 			return p.end(t, g, runstate.Termination{Reason: wrapLine, Detail: shortfallDetail(g, short)}, now)
 		}
 	}
@@ -398,7 +422,7 @@ func (p *Pipeline) reserve(ctx context.Context, t *Turn, g *governance, maxOut i
 	}
 	out := fitOutput(head, t.price, t.priced, est, maxOut)
 	if out < minWrapUpOutput {
-		p.obs.Reservation("refused")
+		p.reservationSeen(g, "refused")
 		return p.end(t, g, runstate.Termination{Reason: wrapLine, Detail: "no budget left even for a wrap-up"}, now)
 	}
 	want = callVector(price, est, out)
@@ -407,10 +431,10 @@ func (p *Pipeline) reserve(ctx context.Context, t *Turn, g *governance, maxOut i
 		return p.unavailable(t, err)
 	}
 	if short != nil {
-		p.obs.Reservation("refused")
+		p.reservationSeen(g, "refused")
 		return p.end(t, g, runstate.Termination{Reason: shortfallLine(short), Detail: "no budget left even for a wrap-up"}, now)
 	}
-	p.obs.Reservation("wrap_up")
+	p.reservationSeen(g, "wrap_up")
 	p.trackReservation(t, g, res)
 	t.res, t.reserved = res, want
 	t.wrapUp, t.wrapLine = true, wrapLine
@@ -441,7 +465,7 @@ func (p *Pipeline) capOutput(ctx context.Context, t *Turn, g *governance, maxOut
 	if err != nil || short != nil {
 		return false, err
 	}
-	p.obs.Reservation("output_capped")
+	p.reservationSeen(g, "output_capped")
 	t.res, t.reserved = res, want
 	p.trackReservation(t, g, res)
 	t.run.Record(now, runstate.Event{Type: runstate.EventOutputCapped, Step: t.step,

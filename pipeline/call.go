@@ -122,6 +122,11 @@ type Turn struct {
 	// pendingEnd is a loop or stall verdict found while observing the
 	// request's tool results, applied in admission order.
 	pendingEnd *runstate.Termination
+	// reserveLater, on a call begun without the run's lock (beginGuarded),
+	// makes the reservation ready to go with the run's guarded write:
+	// prepared, taken as made until the write is back.
+	reserveLater preparingReserver
+	prepared     accounting.Prepared
 	// settleLater: the settlement rides with the run's guarded write
 	// (finishGuarded), whose round trip has not gone yet when settle runs;
 	// its result is read after it (settled).

@@ -55,6 +55,12 @@ type governance struct {
 	// ends after it until the write is known to stand: a write the guard
 	// refused is made again from the stored run, which tells them itself.
 	held *[]func()
+	// seen is the run's own ledger as the settlement of the call that
+	// wrote the run as stamp names read it (finishGuarded), for the next
+	// call's start without the lock (beginGuarded); seenStamp is that
+	// stamp.
+	seen      *accounting.LedgerSnapshot
+	seenStamp string
 	// unsaved marks a new run whose first call went out before the run was
 	// written (saveSoon): its Finish, or the timer, writes it.
 	unsaved bool

@@ -72,8 +72,16 @@ func (p *Pipeline) finishGuarded(ctx context.Context, t *Turn, out Outcome, cut 
 	if applied {
 		tellHeld(held)
 		r.TrimEvents(g.savedSeq, eventsInMemory)
-		r.Unlock()
+		// Read with the settlement, in the same round trip: no round trip
+		// under the run's mutex.
 		p.settled(ctx, t, rider, booked.actual, now)
+		g.seen, g.seenStamp = nil, ""
+		if lr, ok := rider.(ledgerReader); ok {
+			if st, read := lr.Ledger(g.ledger); read && st != nil {
+				g.seen, g.seenStamp = st, g.stamp
+			}
+		}
+		r.Unlock()
 		return answer, c, true
 	}
 	if err != nil {
@@ -135,4 +143,115 @@ func (p *Pipeline) settled(ctx context.Context, t *Turn, rider accounting.Rider,
 	if t.headroom, t.headroomRead, err = rider.Result(ctx); err != nil {
 		p.settleFailed(t, actual, now, err)
 	}
+}
+
+// reservationSeen tells the observer how a call's reservation went, or
+// holds it (governance.held).
+func (p *Pipeline) reservationSeen(g *governance, outcome string) {
+	if g.holding() {
+		g.hold(func() { p.obs.Reservation(outcome) })
+		return
+	}
+	p.obs.Reservation(outcome)
+}
+
+// preparingReserver is a book whose reservation can ride with a run's
+// guarded write (redisbook.Book).
+type preparingReserver interface {
+	PrepareReserve(keys []string, want accounting.Vector, useFinalReserve bool, lease time.Duration, now time.Time,
+		readHead, headFinalReserve bool) accounting.Prepared
+}
+
+// ledgerReader is a settlement that read the ledgers it left
+// (redisbook's): the run's own, for the next call's start (governance.seen).
+type ledgerReader interface {
+	Ledger(key string) (state *accounting.LedgerSnapshot, read bool)
+}
+
+// beginGuarded begins a call without the run's lock when this replica
+// moved the run last and its last call's end read the run's own ledger
+// (docs/design.md §9, "Several replicas"): admission reads the run as
+// held here and that ledger, and the reservation and the run's write go
+// in one round trip (runtx.Manager.WriteReserving), the write applied
+// only if the reservation was made, the stored run is the one held here
+// and the ledger is as counted. A call that cannot go so (the run has
+// calls in flight, children or a parent, a recording or a summariser
+// model; this replica did not write it last) is left to the lock
+// (began false, t untouched).
+//
+// A call whose admission does more than reserve (an end, a wrap-up, a
+// new run's ledgers) or whose write was refused (a shortfall, another
+// replica moved the run) is begun anew under the lock: the run is read
+// again from the store, what this pass told the observer is dropped, and
+// the hold it may have made is released in the lock's round trip (free).
+// again is the turn to begin then.
+func (p *Pipeline) beginGuarded(ctx context.Context, t *Turn, r *runstate.Run) (began bool, again *Turn, free accounting.Rider) {
+	pr, ok := p.book.(preparingReserver)
+	if !ok || !p.tx.Optimistic() || t.Call.run != nil {
+		return false, nil, nil
+	}
+	r.Lock()
+	g := govOf(r)
+	if g == nil || g.stamp == "" || g.seen == nil || g.seenStamp != g.stamp || g.ledger != runLedgerPrefix+r.ID ||
+		r.Inflight != 0 || len(r.Children) > 0 || r.ParentID != "" ||
+		g.rec != nil || len(g.pending) > 0 || g.limits.SummariserModel != "" || t.replayed() != nil {
+		r.Unlock()
+		return false, nil, nil
+	}
+	stamp, seen := g.stamp, g.seen
+	var held []func()
+	g.held = &held
+	t.run = r
+	t.ledgerAtLock, t.ledgerReadAtLock = seen, true
+	t.reserveLater = pr
+	p.beginLocked(ctx, t, r, false)
+	t.reserveLater = nil
+	applied := false
+	var ops []store.Op
+	var before written
+	if t.prepared != nil && t.res == t.prepared.Hold() && t.Answer == nil && !t.wrapUp && t.ahead == nil {
+		before = g.beforeWrite()
+		var err error
+		ops, applied, err = p.tx.WriteReserving(ctx, r, stamp, t.prepared, g.ledger, seen.Spent.Steps, seen.Reserved.Steps)
+		if err != nil {
+			p.log.Warn("guarded run write failed; taking the run's lock", "run_id", runstate.NameOf(r.ID), "tenant", runstate.TenantOf(r.ID), "err", err)
+		}
+	}
+	g.held = nil
+	if applied {
+		// Made: the hold the write depended on exists, so no shortfall.
+		_, head, read, _ := t.prepared.Result(ctx)
+		t.headroom, t.headroomRead = head, read && t.Req.Stream
+		tellHeld(held)
+		r.TrimEvents(g.savedSeq, eventsInMemory)
+		r.Unlock()
+		return true, nil, nil
+	}
+	if ops != nil {
+		g.unwrite(before, ops)
+	}
+	// Read again from the store by the lock that follows, whatever it
+	// holds: this pass's changes are not the run's.
+	g.version, g.seen = -1, nil
+	r.Unlock()
+	if t.cancel != nil {
+		t.cancel()
+	}
+	if t.unreg != nil {
+		t.unreg()
+	}
+	if rr, ok := p.book.(releasingRider); ok && t.res != nil {
+		free = rr.ReleaseRider(t.res)
+	} else if t.res != nil {
+		p.release(t, g)
+	}
+	again = &Turn{Call: t.Call, codec: t.codec, started: t.started}
+	again.Req, _ = t.codec.ParseRequest(t.Call.Body) // parsed once already
+	return false, again, free
+}
+
+// releasingRider is a book whose release can ride in a run lock's round
+// trip (redisbook.Book).
+type releasingRider interface {
+	ReleaseRider(h *accounting.Hold) accounting.Rider
 }

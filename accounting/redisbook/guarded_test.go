@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/haltline/haltline/accounting"
 	"github.com/haltline/haltline/pipeline"
 	"github.com/haltline/haltline/policy"
 	"github.com/haltline/haltline/runstate"
@@ -186,5 +187,99 @@ func TestGuardedFinishWaitsForAHeldLock(t *testing.T) {
 	_, spent, reserved := snapshot(t, book, "run:"+run, time.Now())
 	if spent.Steps != 2 || reserved.Steps != 0 {
 		t.Errorf("run ledger: spent %+v, reserved %+v; want 2 steps spent, nothing reserved", spent, reserved)
+	}
+}
+
+// A call's start without the run's lock is refused when the other
+// replica moved the run since this one's last call, and when its
+// reservation falls short; it is then begun anew under the lock, on the
+// run as stored: the hold it made is released, and nothing of the
+// refused start stays (its model call, its step, its reservation).
+func TestGuardedBeginFallsBack(t *testing.T) {
+	t.Parallel()
+	ps, book, _ := replicas(t, 2)
+	a, b := ps[0], ps[1]
+	ctx := context.Background()
+	call := func(p *pipeline.Pipeline, run string, k int) *pipeline.Turn {
+		t.Helper()
+		budget := ""
+		if run == "r-short" {
+			budget = "max_tokens=100000"
+		}
+		tn := p.Begin(ctx, &pipeline.Call{Body: benchBody(), RunID: run, RunBudget: budget}, openai.Chat{})
+		if tn.Answer == nil {
+			p.Finish(ctx, tn, pipeline.Outcome{Status: 200, Body: toolCallAnswer(k)})
+		}
+		return tn
+	}
+	warmUp(a) // the scripts loaded: each call below goes as it would
+	warmUp(b)
+	// Moved by the other replica between two calls of this one.
+	const run = "r-moved"
+	for i, p := range []*pipeline.Pipeline{a, b, a} {
+		if tn := call(p, run, i); tn.Answer != nil && i < 2 {
+			t.Fatalf("call %d refused: %s", i+1, tn.Answer.Body)
+		}
+	}
+	rec, _, err := a.Record(run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, spent, reserved := snapshot(t, book, "run:"+run, time.Now())
+	if rec.ModelCalls != int64(spent.Steps) || reserved != (accounting.Vector{}) {
+		t.Errorf("moved: %d model calls, %d steps spent, %+v reserved; want as many calls as steps, nothing reserved", rec.ModelCalls, spent.Steps, reserved)
+	}
+	if rec.AgentSteps != spent.Steps || spent.Steps < 2 {
+		t.Errorf("moved: %d steps counted, %d spent", rec.AgentSteps, spent.Steps)
+	}
+	// A step taken on the run's ledger from elsewhere (a sub-agent's call
+	// draws on it) between two calls: the second is the third step.
+	const steps = "r-steps"
+	call(a, steps, 1)
+	other := mustReserve(t, book, []string{"run:" + steps}, accounting.Vector{Steps: 1}, false, time.Minute, time.Now())
+	call(a, steps, 2)
+	if err := book.Settle(ctx, other, accounting.Vector{Steps: 1}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	evs, _, err := a.Events(steps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []int64
+	for _, e := range evs {
+		if e.Type == runstate.EventModelCall {
+			got = append(got, e.Step)
+		}
+	}
+	if len(got) != 2 || got[0] != 1 || got[1] != 3 {
+		t.Errorf("steps of the model calls %v, want [1 3]", got)
+	}
+	// A shortfall this replica cannot see: the run's ledger drawn on from
+	// elsewhere, in tokens only (its steps stay as counted), between two
+	// calls.
+	const short = "r-short"
+	if tn := call(a, short, 1); tn.Answer != nil {
+		t.Fatalf("first call refused: %s", tn.Answer.Body)
+	}
+	_, spent, _ = snapshot(t, book, "run:"+short, time.Now())
+	elsewhere := mustReserve(t, book, []string{"run:" + short}, accounting.Vector{Tokens: 100_000 - spent.Tokens - 100}, true, time.Minute, time.Now())
+	tn := call(a, short, 2)
+	if tn.Answer == nil {
+		t.Fatal("a call past the run's token budget was forwarded")
+	}
+	if err := book.Release(ctx, elsewhere); err != nil {
+		t.Fatal(err)
+	}
+	rec, _, err = a.Record(short)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, spent, reserved = snapshot(t, book, "run:"+short, time.Now())
+	if rec.ModelCalls != 1 || spent.Steps != 1 || reserved != (accounting.Vector{}) || rec.Status != runstate.Terminated {
+		t.Errorf("short: %d model calls, state %s, %d steps spent, %+v reserved; want 1, terminated, 1, none",
+			rec.ModelCalls, rec.Status, spent.Steps, reserved)
+	}
+	if rec2, _, _ := b.Record(short); rec2.ModelCalls != 1 || rec2.Status != runstate.Terminated {
+		t.Errorf("short, read by the other replica: %d model calls, state %s", rec2.ModelCalls, rec2.Status)
 	}
 }

@@ -95,8 +95,14 @@ func (m *Manager) CarriesRider() bool {
 // last wrote or read, so that nobody moved the run since; else nothing
 // is written. rider, a settlement, goes in the same round trip whether or
 // not the write is applied.
+//
+// WriteReserving writes so with a reservation instead of a settlement,
+// applied only if the reservation was made and the run's own ledger
+// (ledger) shows the spent and reserved steps (before the reservation)
+// the writer counted.
 type Guarded interface {
 	WriteGuarded(ctx context.Context, runID, stamp string, ops []store.Op, rider accounting.Rider) (applied bool, err error)
+	WriteReserving(ctx context.Context, runID, stamp string, ops []store.Op, res accounting.Prepared, ledger string, spent, reserved int64) (applied bool, err error)
 	Guarded() bool
 }
 
@@ -118,5 +124,18 @@ func (m *Manager) WriteGuarded(ctx context.Context, r *runstate.Run, stamp strin
 		return nil, false, nil
 	}
 	applied, err = m.cfg.Lock.(Guarded).WriteGuarded(ctx, r.ID, stamp, ops, rider)
+	return ops, applied, err
+}
+
+// WriteReserving writes what the caller changed on r as WriteGuarded
+// does, with a reservation ahead of it in the same round trip
+// (Guarded.WriteReserving): a call's start with neither the run's lock
+// nor a commit behind it. The caller holds r's mutex.
+func (m *Manager) WriteReserving(ctx context.Context, r *runstate.Run, stamp string, res accounting.Prepared, ledger string, spent, reserved int64) (ops []store.Op, applied bool, err error) {
+	ops = m.cfg.Runs.Ops(r)
+	if ops == nil {
+		return nil, false, nil
+	}
+	applied, err = m.cfg.Lock.(Guarded).WriteReserving(ctx, r.ID, stamp, ops, res, ledger, spent, reserved)
 	return ops, applied, err
 }
