@@ -212,21 +212,19 @@ func (p *rttProxy) quiet() {
 // Two replicas on one Redis: a model call's round trips to Redis, counted
 // on the wire, for a new run and a run's later steps (on the replica that
 // moved it last, and on the other one), answered whole and streamed.
-// A later step on the replica that moved the run last makes 2, neither
-// taking the run's lock: Begin's reservation with the run's write,
-// applied only if the reservation was made and no other replica moved
-// the run (the stored snapshot is the one this replica wrote); Finish's
-// settlement (with the budget header's headroom) with the run's write,
-// guarded so too. A new run, and a run this replica did not move last,
-// make 4: Begin's run lock (with the run's snapshot, which brings a run
-// this replica does not hold into memory, and its ledger), the
-// reservation (with the run's ledgers made ahead of it for a new run, and
-// the budget header's headroom when streamed), Begin's commit (which lets
-// go of the lock, landing while the provider answers), and Finish's
-// guarded write. A replica that held the run but was not the last to move
-// it tries the first way, is refused, and takes the lock: 5, the lock's
-// round trip releasing the refused reservation. Each bound is what the
-// call makes, so that one round trip more fails.
+// On the replica that makes the run or moved it last, a call makes 2,
+// neither taking the run's lock: Begin's reservation (with a new run's
+// ledgers made ahead of it, and the budget header's headroom when
+// streamed) with the run's write, applied only if the reservation was
+// made and the stored run is the one this replica holds (none, for a new
+// run); Finish's settlement (with the header's headroom) with the run's
+// write, guarded so too. On the other replica the first write is refused
+// and the call takes the lock: 5, the lock's round trip (with the run's
+// snapshot, which brings the run into memory, and its ledger) releasing
+// the refused reservation, then the reservation, Begin's commit (which
+// lets go of the lock, landing while the provider answers) and Finish's
+// guarded write. Each bound is what the call makes, so that one round
+// trip more fails.
 func TestRedisRoundTripsPerCall(t *testing.T) {
 	t.Parallel()
 	bin := buildGateway(t)
@@ -268,13 +266,13 @@ func TestRedisRoundTripsPerCall(t *testing.T) {
 		stream bool
 		max    int
 	}{
-		{"new run", a, "r-one", 1, false, 4},
+		{"new run", a, "r-one", 1, false, 2},
 		{"later step", a, "r-one", 2, false, 2},
-		{"later step, other replica", b, "r-one", 3, false, 4},
+		{"later step, other replica", b, "r-one", 3, false, 5},
 		{"later step, back again", a, "r-one", 4, false, 5},
-		{"new run, streamed", a, "r-two", 1, true, 4},
+		{"new run, streamed", a, "r-two", 1, true, 2},
 		{"later step, streamed", a, "r-two", 2, true, 2},
-		{"later step, streamed, other replica", b, "r-two", 3, true, 4},
+		{"later step, streamed, other replica", b, "r-two", 3, true, 5},
 	} {
 		n := call(k.g, k.run, k.step, k.stream)
 		t.Logf("%s: %d round trips", k.name, n)

@@ -46,22 +46,21 @@ func (p *Pipeline) Begin(ctx context.Context, call *Call, codec wire.Codec) *Tur
 		t.Answer = errorAnswer(codec, wire.ErrUnavailable, "run store unavailable, retry later", nil)
 		return t
 	}
-	// Without the lock on the replica that moved the run last: the
-	// reservation and the run's write in one round trip.
+	// Without the lock on the replica that moved the run last, or that
+	// makes it: the reservation and the run's write in one round trip.
 	var free accounting.Rider
-	if named == "" && !created {
-		var began bool
-		var again *Turn
-		if began, again, free = p.beginGuarded(ctx, t, r); began {
-			return t
-		} else if again != nil {
-			t = again
+	if began, again, rider := p.beginAhead(ctx, t, r, created, named); began {
+		return t
+	} else if again != nil {
+		t, free = again, rider
+		if named == "" && created { // the run made anew, left memory
+			r, created = p.runs.GetOrCreate(r.Identity)
 		}
 	}
 	// lock: the run's transaction, up to date with the store
 	var tx runtx.Tx
 	if named != "" {
-		if tx, r, created, err = p.openNamed(ctx, call, named); err != nil {
+		if tx, r, created, err = p.openNamed(ctx, call, named, free); err != nil {
 			p.namedUnavailable(t, named, err)
 			return t
 		}
@@ -69,12 +68,7 @@ func (p *Pipeline) Begin(ctx context.Context, call *Call, codec wire.Codec) *Tur
 	} else {
 		t.run = r
 		tx, err = p.tx.Open(ctx, r, runtx.Need{Ledger: true, Rider: free})
-		if free != nil {
-			if _, _, ferr := free.Result(ctx); ferr != nil {
-				// The lease frees it at the latest.
-				p.log.Warn("release failed; the lease will free the budget", "run_id", runstate.NameOf(r.ID), "tenant", runstate.TenantOf(r.ID), "err", ferr)
-			}
-		}
+		p.freed(ctx, r.ID, free)
 		if err != nil {
 			p.unavailable(t, err)
 			return t
@@ -145,13 +139,18 @@ func (p *Pipeline) beginLocked(ctx context.Context, t *Turn, r *runstate.Run, cr
 			return
 		}
 		r.Ext = g
+		g.held = t.tells // a new run's start without the lock (beginGuarded)
 		t.ahead = ahead
 		if ensured != nil {
 			t.ledgerAtLock = ensured // the lock found no ledger: it did not exist yet
 		}
 		if created {
 			r.Record(now, runstate.Event{Type: runstate.EventTransition, To: runstate.Ready, Detail: "run started"})
-			p.obs.RunStarted()
+			if g.holding() {
+				g.hold(p.obs.RunStarted)
+			} else {
+				p.obs.RunStarted()
+			}
 		}
 	}
 	g := govOf(r)
@@ -375,8 +374,8 @@ func (p *Pipeline) reserve(ctx context.Context, t *Turn, g *governance, maxOut i
 		case t.reserveLater != nil:
 			// With the run's guarded write (beginGuarded): taken as made
 			// here, and the write stands only if it was.
-			t.prepared = t.reserveLater.PrepareReserve(g.ledgers, want, false, p.opts.Lease, now, t.Req.Stream, true)
-			res = t.prepared.Hold()
+			t.prepared = t.reserveLater.PrepareReserve(t.ahead, now, g.ledgers, want, false, p.opts.Lease, now, t.Req.Stream, true)
+			res, t.ahead = t.prepared.Hold(), nil
 		case ahead && t.ahead != nil:
 			// The run's ledgers are made in the reservation's round trip.
 			res, short, t.headroom, t.headroomRead, err = ar.ReserveEnsuring(ctx, t.ahead, now, g.ledgers, want, false, p.opts.Lease, now, t.Req.Stream, true)

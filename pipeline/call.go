@@ -127,6 +127,7 @@ type Turn struct {
 	// prepared, taken as made until the write is back.
 	reserveLater preparingReserver
 	prepared     accounting.Prepared
+	tells        *[]func() // for the run's governance made meanwhile (governance.held)
 	// settleLater: the settlement rides with the run's guarded write
 	// (finishGuarded), whose round trip has not gone yet when settle runs;
 	// its result is read after it (settled).

@@ -158,8 +158,8 @@ func (p *Pipeline) reservationSeen(g *governance, outcome string) {
 // preparingReserver is a book whose reservation can ride with a run's
 // guarded write (redisbook.Book).
 type preparingReserver interface {
-	PrepareReserve(keys []string, want accounting.Vector, useFinalReserve bool, lease time.Duration, now time.Time,
-		readHead, headFinalReserve bool) accounting.Prepared
+	PrepareReserve(specs []accounting.LedgerSpec, ensureAt time.Time, keys []string, want accounting.Vector, useFinalReserve bool,
+		lease time.Duration, now time.Time, readHead, headFinalReserve bool) accounting.Prepared
 }
 
 // ledgerReader is a settlement that read the ledgers it left
@@ -169,47 +169,67 @@ type ledgerReader interface {
 }
 
 // beginGuarded begins a call without the run's lock when this replica
-// moved the run last and its last call's end read the run's own ledger
-// (docs/design.md §9, "Several replicas"): admission reads the run as
-// held here and that ledger, and the reservation and the run's write go
-// in one round trip (runtx.Manager.WriteReserving), the write applied
-// only if the reservation was made, the stored run is the one held here
-// and the ledger is as counted. A call that cannot go so (the run has
-// calls in flight, children or a parent, a recording or a summariser
-// model; this replica did not write it last) is left to the lock
-// (began false, t untouched).
+// moved the run last and its last call's end read the run's own ledger,
+// or when the run is new to this replica (fresh: made in memory for the
+// call, and taken as new) (docs/design.md §9, "Several replicas"):
+// admission reads the run as held here and that ledger (a new run's
+// empty), and the reservation (with a new run's ledgers made ahead of
+// it) and the run's write go in one round trip
+// (runtx.Manager.WriteReserving). The write is applied only if the
+// reservation was made, the stored run is the one held here (none, for a
+// new run) and the run's ledger is as counted. A call that cannot go so
+// (the run has calls in flight, children or a parent, a recording or a
+// summariser model; this replica did not write it last) is left to the
+// lock (began false, again nil, t untouched).
 //
-// A call whose admission does more than reserve (an end, a wrap-up, a
-// new run's ledgers) or whose write was refused (a shortfall, another
-// replica moved the run) is begun anew under the lock: the run is read
-// again from the store, what this pass told the observer is dropped, and
-// the hold it may have made is released in the lock's round trip (free).
-// again is the turn to begin then.
-func (p *Pipeline) beginGuarded(ctx context.Context, t *Turn, r *runstate.Run) (began bool, again *Turn, free accounting.Rider) {
-	pr, ok := p.book.(preparingReserver)
-	if !ok || !p.tx.Optimistic() || t.Call.run != nil {
-		return false, nil, nil
-	}
+// A call whose admission does more than reserve (an end, a wrap-up) or
+// whose write was refused (a shortfall, another replica moved the run or
+// had stored it) is begun anew under the lock, with again: the run is
+// read again from the store (a fresh run leaves memory, for the lock to
+// find it), what this pass told the observer is dropped, and the hold it
+// may have made is released in the lock's round trip (free).
+func (p *Pipeline) beginGuarded(ctx context.Context, t *Turn, r *runstate.Run, fresh bool) (began bool, again *Turn, free accounting.Rider) {
+	pr := p.book.(preparingReserver) // beginAhead asked
 	r.Lock()
 	g := govOf(r)
-	if g == nil || g.stamp == "" || g.seen == nil || g.seenStamp != g.stamp || g.ledger != runLedgerPrefix+r.ID ||
-		r.Inflight != 0 || len(r.Children) > 0 || r.ParentID != "" ||
-		g.rec != nil || len(g.pending) > 0 || g.limits.SummariserModel != "" || t.replayed() != nil {
+	var stamp string
+	var seen *accounting.LedgerSnapshot
+	switch {
+	case fresh && g != nil:
+		// Governed meanwhile by another call of this replica's: the
+		// lock, which reads what that call wrote.
 		r.Unlock()
 		return false, nil, nil
+	case fresh:
+		seen = &accounting.LedgerSnapshot{}
+	case g == nil || g.stamp == "" || g.seen == nil || g.seenStamp != g.stamp || g.ledger != runLedgerPrefix+r.ID ||
+		r.Inflight != 0 || len(r.Children) > 0 || r.ParentID != "" ||
+		g.rec != nil || len(g.pending) > 0 || g.limits.SummariserModel != "":
+		r.Unlock()
+		return false, nil, nil
+	default:
+		stamp, seen = g.stamp, g.seen
 	}
-	stamp, seen := g.stamp, g.seen
 	var held []func()
-	g.held = &held
+	t.tells = &held
+	if g != nil {
+		g.held = t.tells
+	}
 	t.run = r
+	// A new run's ledger is made by its reservation (Turn.ahead).
 	t.ledgerAtLock, t.ledgerReadAtLock = seen, true
+	if fresh {
+		t.ledgerAtLock = nil
+	}
 	t.reserveLater = pr
-	p.beginLocked(ctx, t, r, false)
+	p.beginLocked(ctx, t, r, fresh)
 	t.reserveLater = nil
+	g = govOf(r)
 	applied := false
 	var ops []store.Op
 	var before written
-	if t.prepared != nil && t.res == t.prepared.Hold() && t.Answer == nil && !t.wrapUp && t.ahead == nil {
+	if g != nil && t.prepared != nil && t.res == t.prepared.Hold() && t.Answer == nil && !t.wrapUp &&
+		g.ledger == runLedgerPrefix+r.ID && g.rec == nil && g.limits.SummariserModel == "" {
 		before = g.beforeWrite()
 		var err error
 		ops, applied, err = p.tx.WriteReserving(ctx, r, stamp, t.prepared, g.ledger, seen.Spent.Steps, seen.Reserved.Steps)
@@ -217,7 +237,10 @@ func (p *Pipeline) beginGuarded(ctx context.Context, t *Turn, r *runstate.Run) (
 			p.log.Warn("guarded run write failed; taking the run's lock", "run_id", runstate.NameOf(r.ID), "tenant", runstate.TenantOf(r.ID), "err", err)
 		}
 	}
-	g.held = nil
+	t.tells = nil
+	if g != nil {
+		g.held = nil
+	}
 	if applied {
 		// Made: the hold the write depended on exists, so no shortfall.
 		_, head, read, _ := t.prepared.Result(ctx)
@@ -227,13 +250,26 @@ func (p *Pipeline) beginGuarded(ctx context.Context, t *Turn, r *runstate.Run) (
 		r.Unlock()
 		return true, nil, nil
 	}
-	if ops != nil {
+	var keys []string
+	switch {
+	case fresh:
+		// Out of memory: the lock finds the run (as stored, or anew).
+		if g != nil {
+			keys = g.keys
+		}
+		r.Ext = nil
+	case ops != nil:
 		g.unwrite(before, ops)
+		fallthrough
+	default:
+		// Read again from the store by the lock that follows, whatever it
+		// holds: this pass's changes are not the run's.
+		g.version, g.seen = -1, nil
 	}
-	// Read again from the store by the lock that follows, whatever it
-	// holds: this pass's changes are not the run's.
-	g.version, g.seen = -1, nil
 	r.Unlock()
+	if fresh {
+		p.runs.Remove(r.ID, keys)
+	}
 	if t.cancel != nil {
 		t.cancel()
 	}
@@ -248,6 +284,40 @@ func (p *Pipeline) beginGuarded(ctx context.Context, t *Turn, r *runstate.Run) (
 	again = &Turn{Call: t.Call, codec: t.codec, started: t.started}
 	again.Req, _ = t.codec.ParseRequest(t.Call.Body) // parsed once already
 	return false, again, free
+}
+
+// beginAhead begins the call without the run's lock when it can
+// (beginGuarded): on a run this replica holds, or on a new one (created,
+// or named and not held here, taken as new: a run stored by another
+// replica refuses the write, and the lock then reads it).
+func (p *Pipeline) beginAhead(ctx context.Context, t *Turn, r *runstate.Run, created bool, named string) (began bool, again *Turn, free accounting.Rider) {
+	if _, ok := p.book.(preparingReserver); !ok || !p.tx.Optimistic() || t.Call.run != nil || t.replayed() != nil ||
+		((created || named != "") && t.Call.ParentRunID != "") {
+		return false, nil, nil
+	}
+	switch {
+	case named != "":
+		var made bool
+		if r, made = p.runs.GetOrCreate(p.identity(t.Call, named, t.Call.SessionID)); !made {
+			return false, nil, nil // brought in meanwhile: the lock reads it
+		}
+		return p.beginGuarded(ctx, t, r, true)
+	case created:
+		return p.beginGuarded(ctx, t, r, true)
+	}
+	return p.beginGuarded(ctx, t, r, false)
+}
+
+// freed lands a release that rode in a run lock's round trip
+// (beginGuarded's free), sending it by itself when nothing carried it.
+func (p *Pipeline) freed(ctx context.Context, runID string, free accounting.Rider) {
+	if free == nil {
+		return
+	}
+	if _, _, err := free.Result(ctx); err != nil {
+		// The lease frees it at the latest.
+		p.log.Warn("release failed; the lease will free the budget", "run_id", runstate.NameOf(runID), "tenant", runstate.TenantOf(runID), "err", err)
+	}
 }
 
 // releasingRider is a book whose release can ride in a run lock's round

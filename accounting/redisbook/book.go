@@ -669,16 +669,19 @@ func headroom(ls []*ledgerView, useFinalReserve bool) accounting.Vector {
 	return h
 }
 
-// PrepareReserve makes ReserveHeadroom's reservation (the headroom read
-// only when readHead) ready to go out in the round trip of a run's
-// guarded write (RunLock.WriteReserving), which is applied only if the
-// reservation was made: a call's start on the replica that moved its run
-// last is then one round trip, where its run's lock, the reservation and
-// the commit were one each. Its hold is named before it is made.
-func (b *Book) PrepareReserve(keys []string, want accounting.Vector, useFinalReserve bool, lease time.Duration, now time.Time,
-	readHead, headFinalReserve bool) accounting.Prepared {
+// PrepareReserve makes ReserveEnsuring's reservation (the ledgers of
+// specs made ahead of it, the headroom read only when readHead) ready to
+// go out in the round trip of a run's guarded write
+// (RunLock.WriteReserving), which is applied only if the reservation was
+// made: a call's start on the replica that moved its run last, or that
+// makes it, is then one round trip, where its run's lock, the
+// reservation and the commit were one each. Its hold is named before it
+// is made.
+func (b *Book) PrepareReserve(specs []accounting.LedgerSpec, ensureAt time.Time, keys []string, want accounting.Vector, useFinalReserve bool,
+	lease time.Duration, now time.Time, readHead, headFinalReserve bool) accounting.Prepared {
 	r := b.newReservation(keys, want, useFinalReserve, lease, now)
 	p := &preparedReserve{b: b, r: r, hold: &r.hold, now: now, headFinalReserve: headFinalReserve}
+	p.ekeys, p.eargs = b.ensureArgs(specs, ensureAt)
 	if readHead {
 		p.heads = keys
 	}
@@ -694,6 +697,9 @@ type preparedReserve struct {
 	heads            []string
 	now              time.Time
 	headFinalReserve bool
+	ekeys            []string // the ledgers made ahead of it
+	eargs            []any
+	ensured          *redis.Cmd
 	res              *redis.Cmd // set once queued
 	reads            []*redis.SliceCmd
 }
@@ -701,9 +707,13 @@ type preparedReserve struct {
 // Hold implements accounting.Prepared.
 func (p *preparedReserve) Hold() *accounting.Hold { return p.hold }
 
-// queue adds the reservation to pl, once.
+// queue adds the reservation to pl, once, the ledgers it makes ahead of
+// it as EVAL (see ReserveEnsuring).
 func (p *preparedReserve) queue(ctx context.Context, pl redis.Pipeliner) {
 	if p.res == nil {
+		if len(p.ekeys) > 0 {
+			p.ensured = ensureScript.Eval(ctx, pl, p.ekeys, p.eargs...)
+		}
 		p.res, p.reads = p.b.queueScriptThenRead(ctx, pl, reserveScript, p.r.keys, p.r.args, p.heads)
 	}
 }
@@ -722,6 +732,9 @@ func (p *preparedReserve) Result(ctx context.Context) (short *accounting.Shortfa
 			p.queue(ctx, pl)
 			return nil
 		})
+	}
+	if p.ensured != nil && p.ensured.Err() != nil {
+		return nil, head, false, fmt.Errorf("redis book: ensure: %w", p.ensured.Err())
 	}
 	_, cmds, noScript, err := scriptThenReadResult(p.res, p.reads)
 	if err == nil && noScript {

@@ -232,6 +232,48 @@ func TestGuardedBeginFallsBack(t *testing.T) {
 	if rec.AgentSteps != spent.Steps || spent.Steps < 2 {
 		t.Errorf("moved: %d steps counted, %d spent", rec.AgentSteps, spent.Steps)
 	}
+	// Stored by the other replica, new to this one: its write as a new
+	// run is refused, and the lock brings the run in.
+	const elsewhere = "r-elsewhere"
+	call(b, elsewhere, 1)
+	call(a, elsewhere, 2)
+	rec, _, err = a.Record(elsewhere)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, spent, reserved = snapshot(t, book, "run:"+elsewhere, time.Now())
+	if rec.ModelCalls != 2 || rec.AgentSteps != 2 || spent.Steps != 2 || reserved != (accounting.Vector{}) {
+		t.Errorf("elsewhere: %d model calls, %d steps, %d spent, %+v reserved; want 2, 2, 2, none", rec.ModelCalls, rec.AgentSteps, spent.Steps, reserved)
+	}
+	// A new run named by nobody (made by this call), whose first
+	// reservation falls short: begun anew under the lock on a run made
+	// anew, which the call's refusal ends, with no model call counted.
+	tiny := a.Begin(ctx, &pipeline.Call{Body: benchBody(), RunBudget: "max_tokens=100"}, openai.Chat{})
+	if tiny.Answer == nil {
+		t.Fatal("a call past its new run's token budget was forwarded")
+	}
+	a.Finish(ctx, tiny, pipeline.Outcome{})
+	name := runstate.NameOf(tiny.RunID())
+	rec, _, err = b.Record(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.ModelCalls != 0 {
+		t.Errorf("a refused first call: %d model calls counted, want 0", rec.ModelCalls)
+	}
+	tevs, _, err := b.Events(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := 0
+	for _, e := range tevs {
+		if e.Type == runstate.EventTransition && e.Detail == "run started" {
+			started++
+		}
+	}
+	if started != 1 {
+		t.Errorf("a refused first call: the run started %d times, want once", started)
+	}
 	// A step taken on the run's ledger from elsewhere (a sub-agent's call
 	// draws on it) between two calls: the second is the third step.
 	const steps = "r-steps"
@@ -262,12 +304,12 @@ func TestGuardedBeginFallsBack(t *testing.T) {
 		t.Fatalf("first call refused: %s", tn.Answer.Body)
 	}
 	_, spent, _ = snapshot(t, book, "run:"+short, time.Now())
-	elsewhere := mustReserve(t, book, []string{"run:" + short}, accounting.Vector{Tokens: 100_000 - spent.Tokens - 100}, true, time.Minute, time.Now())
+	drawn := mustReserve(t, book, []string{"run:" + short}, accounting.Vector{Tokens: 100_000 - spent.Tokens - 100}, true, time.Minute, time.Now())
 	tn := call(a, short, 2)
 	if tn.Answer == nil {
 		t.Fatal("a call past the run's token budget was forwarded")
 	}
-	if err := book.Release(ctx, elsewhere); err != nil {
+	if err := book.Release(ctx, drawn); err != nil {
 		t.Fatal(err)
 	}
 	rec, _, err = a.Record(short)

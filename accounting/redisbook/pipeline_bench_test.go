@@ -267,17 +267,15 @@ func serverCPU(b *testing.B, book *Book) time.Duration {
 	return time.Duration(total * float64(time.Second))
 }
 
-// A governed call on Redis makes at most 4 round trips for a run's first
-// call: Begin's lock with the run's snapshot and ledger; the reservation,
-// with the run's ledgers made ahead of it and the budget header's read;
-// the commit that lets go of the lock; Finish's settlement with the
-// header's read again and the run's write, guarded by the stored run
-// (this replica moved it last) instead of the run's lock. The next calls
-// make 2, neither taking the lock: Begin's reservation with the run's
-// write, applied only if the reservation was made; Finish's. There were
-// 14 and 12 when a lock, its reads, its release, the header's read and
-// the settlement were round trips of their own, 5 and 5 with the lock at
-// both ends. Begin's commit is not waited for before the
+// A governed call on Redis makes at most 2 round trips on the replica
+// that makes its run or moved it last, a run's first call included, and
+// neither takes the run's lock: Begin's reservation (with a new run's
+// ledgers made ahead of it and a stream's budget header's read) with the
+// run's write, applied only if the reservation was made and no replica
+// stored the run meanwhile; Finish's settlement (with the header's read)
+// with the run's write, guarded so too. There were 14 and 12 when a
+// lock, its reads, its release, the header's read and the settlement
+// were round trips of their own, 5 with the lock at both ends. Begin's commit is not waited for before the
 // call goes out: it lands while the provider answers
 // (TestBeginCommitsBehindTheCall).
 func TestRedisCallRoundTrips(t *testing.T) {
@@ -294,18 +292,15 @@ func TestRedisCallRoundTrips(t *testing.T) {
 		p.Finish(ctx, tn, pipeline.Outcome{Status: 200, Body: toolCallAnswer(step)})
 		p.Headers(tn, func(string, string) {})
 		want := int64(2)
-		if step == 0 {
-			want = 4
-		}
 		if n := rt.n.Load(); n > want {
 			t.Errorf("step %d: %d round trips, want at most %d", step+1, n, want)
 		}
 	}
 	// A stream, a new run's: its headers go out before its settlement, and
-	// its first byte waits for 2 round trips (the lock with the run's
-	// snapshot and ledger, the reservation with the ledgers made ahead of
-	// it and the header's headroom); 9 when each was a round trip of its
-	// own and the commit was waited for, which may be back by now (3).
+	// its first byte waits for 1 round trip (the reservation, with the
+	// ledgers made ahead of it and the header's headroom, and the run's
+	// write); 9 when each was a round trip of its own and the commit was
+	// waited for, 2 with the run's lock.
 	rt.n.Store(0)
 	body := bytes.Replace(benchBody(), []byte(`{"model"`), []byte(`{"stream":true,"model"`), 1)
 	tn := p.Begin(ctx, &pipeline.Call{Body: body, RunID: "r-stream"}, openai.Chat{})
@@ -313,8 +308,8 @@ func TestRedisCallRoundTrips(t *testing.T) {
 		t.Fatalf("stream refused (%v) or not seen: %+v", tn.Answer, tn.Req)
 	}
 	p.Headers(tn, func(string, string) {})
-	if n := rt.n.Load(); n > 3 {
-		t.Errorf("a stream's first byte waits for %d round trips, want at most 3", n)
+	if n := rt.n.Load(); n > 1 {
+		t.Errorf("a stream's first byte waits for %d round trips, want at most 1", n)
 	}
 	p.Finish(ctx, tn, pipeline.Outcome{Status: 200, Streamed: true})
 }
@@ -408,14 +403,22 @@ func (g *commitGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 	}
 }
 
-// On Redis, a forwarded call does not wait for Begin's commit (its state,
-// with the lock's release): the commit lands while the provider answers,
-// and Finish writes the run only once it has, so the call's own commit
-// never makes its Finish's guarded write fail. A stream's first byte
-// then waits for 4 round trips of a new run, the commit not among them.
+// On Redis, a call begun under the run's lock (the run another replica
+// moved last) does not wait for Begin's commit (its state, with the
+// lock's release): the commit lands while the provider answers, and
+// Finish writes the run only once it has, so the call's own commit never
+// makes its Finish's guarded write fail. Its first byte then waits for 3
+// round trips (the write refused, the lock, the reservation), the commit
+// not among them.
 func TestBeginCommitsBehindTheCall(t *testing.T) {
 	t.Parallel()
-	p, rt, gate := gatedReplica(t)
+	ps, book, stores := replicas(t, 2)
+	p, other := ps[0], ps[1]
+	rt := &roundTrips{book: book}
+	gate := &commitGate{}
+	stores[0].Client().AddHook(rt)
+	stores[0].Client().AddHook(gate)
+	warmUp(p)
 	ctx := context.Background()
 	for _, stream := range []bool{false, true} {
 		body := benchBody()
@@ -423,6 +426,8 @@ func TestBeginCommitsBehindTheCall(t *testing.T) {
 			body = bytes.Replace(body, []byte(`{"model"`), []byte(`{"stream":true,"model"`), 1)
 		}
 		id := fmt.Sprintf("r-behind-%v", stream)
+		made := other.Begin(ctx, &pipeline.Call{Body: body, RunID: id}, openai.Chat{})
+		other.Finish(ctx, made, pipeline.Outcome{Status: 200, Streamed: stream, Body: toolCallAnswer(1)})
 		shut := make(chan struct{})
 		gate.shut.Store(&shut)
 		gate.take()
@@ -444,8 +449,8 @@ func TestBeginCommitsBehindTheCall(t *testing.T) {
 		}
 		// The held commit is sent only once the gate opens: what Begin
 		// (and a stream's headers) waited for is counted by now.
-		if n := rt.n.Load(); n > 4 {
-			t.Errorf("stream %v: the call went out after %d round trips, want at most 4", stream, n)
+		if n := rt.n.Load(); n > 3 {
+			t.Errorf("stream %v: the call went out after %d round trips, want at most 3", stream, n)
 		}
 		finished := make(chan struct{})
 		go func() {
@@ -458,9 +463,9 @@ func TestBeginCommitsBehindTheCall(t *testing.T) {
 		close(shut)
 		<-finished
 		log := gate.take()
-		// Begin's lock, its commit, Finish's settlement with the run's
-		// guarded write.
-		if log != "lock commit settle+write" {
+		// Begin's write refused (the run is stored), its lock, its commit,
+		// Finish's settlement with the run's guarded write.
+		if log != "reserve+write lock commit settle+write" {
 			t.Errorf("stream %v: locks and commits in the order %q, want Finish's guarded write after Begin's commit", stream, log)
 		}
 	}

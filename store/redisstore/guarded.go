@@ -13,7 +13,7 @@ import (
 // guardedLua: KEYS[1] the run's lock, KEYS[2] the runs' values (hash),
 // then the hash of each condition, then each op's key index and values
 // (sorted set, hash). ARGV: the run's key, the SHA-1 (hex) of the
-// snapshot the writer holds, that of the snapshot it writes (empty when
+// snapshot the writer holds (empty: none may be stored), that of the snapshot it writes (empty when
 // it writes none), the number of conditions, each condition's field and
 // value, then per op its key, "1" to put or "0" to delete, and its value.
 // The ops are applied only while nobody holds the run's lock, the stored
@@ -25,10 +25,13 @@ import (
 var guardedScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 local cur = redis.call('HGET', KEYS[2], ARGV[1])
-if not cur then return 0 end
-local sum = redis.sha1hex(cur)
-if sum == ARGV[3] then return 1 end
-if sum ~= ARGV[2] then return 0 end
+if cur then
+  local sum = redis.sha1hex(cur)
+  if sum == ARGV[3] then return 1 end
+  if sum ~= ARGV[2] then return 0 end
+elseif ARGV[2] ~= '' then
+  return 0
+end
 local nc = tonumber(ARGV[4])
 for c = 1, nc do
   if redis.call('HGET', KEYS[2 + c], ARGV[3 + 2 * c]) ~= ARGV[4 + 2 * c] then return 0 end
@@ -51,7 +54,8 @@ return 1
 // script applied whole or not at all: only while no replica holds the
 // run's lock and the run's stored snapshot (store.Runs, key runID) is
 // still the one whose SHA-1 (hex) is stamp, the one this writer last
-// wrote or read. Otherwise nothing is written and applied is false: the
+// wrote or read; an empty stamp, that none is stored (a new run).
+// Otherwise nothing is written and applied is false: the
 // caller takes the lock and catches up with the run instead. A write
 // that finds the run's snapshot it writes stored already was applied by
 // an earlier send of the same round trip: applied is true. Each of conds

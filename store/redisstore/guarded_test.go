@@ -23,7 +23,18 @@ func TestApplyGuarded(t *testing.T) {
 	a, b := rs[0], rs[1]
 	ctx := context.Background()
 	v1 := []byte(`{"version":1}`)
-	commit(t, a, store.Op{Bucket: store.Runs, Key: []byte("r1"), Value: v1})
+	// Loaded: a server that lacks it applies nothing (a test before may
+	// have flushed the scripts).
+	if err := guardedScript.Load(ctx, a.Client()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// A new run: written only while none is stored.
+	if ok, err := a.ApplyGuarded(ctx, "r1", "", []store.Op{{Bucket: store.Runs, Key: []byte("r1"), Value: v1}}, nil, nil); err != nil || !ok {
+		t.Fatalf("a new run: applied %v, %v", ok, err)
+	}
+	if ok, err := a.ApplyGuarded(ctx, "r1", "", []store.Op{{Bucket: store.Runs, Key: []byte("r1"), Value: []byte("{}")}}, nil, nil); err != nil || ok {
+		t.Fatalf("a new run over a stored one: applied %v, %v", ok, err)
+	}
 	get := func(bk store.Bucket, k string) string {
 		t.Helper()
 		v, err := b.Get(bk, []byte(k))
