@@ -99,6 +99,8 @@ func (p *Pipeline) finishGuarded(ctx context.Context, t *Turn, out Outcome, cut 
 		return answer, tx.Commit(runtx.Wait), true
 	}
 	t.pendingEnd, t.replacement, t.readAnswer = nil, nil, nil
+	// The first pass's: kept in memory only, no load puts it back.
+	r.Inflight++
 	answer = p.finishLocked(ctx, t, out, cut, resp, booked, rider, now)
 	p.closeReservation(t, govOf(r))
 	return answer, tx.Commit(runtx.Wait), true
@@ -210,6 +212,10 @@ func (p *Pipeline) beginGuarded(ctx context.Context, t *Turn, r *runstate.Run, f
 	default:
 		stamp, seen = g.stamp, g.seen
 	}
+	var initial runstate.Persisted
+	if fresh {
+		initial = r.Export(p.now()) // what a refused new run is put back to
+	}
 	var held []func()
 	t.tells = &held
 	if g != nil {
@@ -250,13 +256,18 @@ func (p *Pipeline) beginGuarded(ctx context.Context, t *Turn, r *runstate.Run, f
 		r.Unlock()
 		return true, nil, nil
 	}
+	if t.unreg != nil {
+		r.Inflight-- // the forward's: kept in memory only, no load puts it back
+	}
 	var keys []string
 	switch {
 	case fresh:
-		// Out of memory: the lock finds the run (as stored, or anew).
+		// Back to new, and out of memory: the lock finds the run (as
+		// stored, or anew); a call that holds it meanwhile finds it new.
 		if g != nil {
 			keys = g.keys
 		}
+		r.Load(initial, nil, p.now())
 		r.Ext = nil
 	case ops != nil:
 		g.unwrite(before, ops)

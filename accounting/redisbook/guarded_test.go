@@ -55,7 +55,7 @@ func replicas(t *testing.T, n int) ([]*pipeline.Pipeline, *Book, []*redisstore.S
 // either replica's calls is lost, and each call is booked once.
 func TestGuardedFinishFallsBackOnConflict(t *testing.T) {
 	t.Parallel()
-	ps, book, _ := replicas(t, 2)
+	ps, book, stores := replicas(t, 2)
 	a, b := ps[0], ps[1]
 	ctx := context.Background()
 	const run = "r-conflict"
@@ -98,6 +98,16 @@ func TestGuardedFinishFallsBackOnConflict(t *testing.T) {
 	_, spent, reserved := snapshot(t, book, "run:"+run, time.Now())
 	if spent.Steps != 3 || spent.InputTokens != 3000 || reserved.Steps != 0 {
 		t.Errorf("run ledger: spent %+v, reserved %+v; want 3 steps and 3000 input tokens spent, nothing reserved", spent, reserved)
+	}
+	// The end made again left the run's calls in flight as they were (none):
+	// after a call that reads its ledger again, the next goes without the
+	// lock, in 2 round trips.
+	a.Finish(ctx, begin(a), pipeline.Outcome{Status: 200, Body: toolCallAnswer(4)})
+	rt := &roundTrips{book: book}
+	stores[0].Client().AddHook(rt)
+	a.Finish(ctx, begin(a), pipeline.Outcome{Status: 200, Body: toolCallAnswer(5)})
+	if n := rt.n.Load(); n > 2 {
+		t.Errorf("the call after: %d round trips, want 2", n)
 	}
 }
 
@@ -197,7 +207,7 @@ func TestGuardedFinishWaitsForAHeldLock(t *testing.T) {
 // refused start stays (its model call, its step, its reservation).
 func TestGuardedBeginFallsBack(t *testing.T) {
 	t.Parallel()
-	ps, book, _ := replicas(t, 2)
+	ps, book, stores := replicas(t, 2)
 	a, b := ps[0], ps[1]
 	ctx := context.Background()
 	call := func(p *pipeline.Pipeline, run string, k int) *pipeline.Turn {
@@ -231,6 +241,14 @@ func TestGuardedBeginFallsBack(t *testing.T) {
 	}
 	if rec.AgentSteps != spent.Steps || spent.Steps < 2 {
 		t.Errorf("moved: %d steps counted, %d spent", rec.AgentSteps, spent.Steps)
+	}
+	// The refused start left no call in flight: the next goes without the
+	// lock, in 2 round trips.
+	rt := &roundTrips{book: book}
+	stores[0].Client().AddHook(rt)
+	call(a, run, 4)
+	if n := rt.n.Load(); n > 2 {
+		t.Errorf("moved, the call after: %d round trips, want 2", n)
 	}
 	// Stored by the other replica, new to this one: its write as a new
 	// run is refused, and the lock brings the run in.
