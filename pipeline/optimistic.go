@@ -47,8 +47,8 @@ func (g *governance) hold(f func()) { *g.held = append(*g.held, f) }
 // The settlement's answer (a failure to keep for later, the headroom for
 // the budget header) changes nothing of the run: it is read once the
 // round trip is back. A write whose answer was lost (an error) may have
-// been applied: the run is then written as held (runtx.Need.AsHeld), as a
-// settlement without the lock is, rather than ended twice.
+// been applied: a stored run that is that write is the call's end, not
+// made again.
 func (p *Pipeline) finishGuarded(ctx context.Context, t *Turn, out Outcome, cut bool, resp *wire.Response, booked settlement,
 	rider accounting.Rider, now time.Time) (answer *Answer, c runtx.Pending, ok bool) {
 	r := t.run
@@ -85,18 +85,25 @@ func (p *Pipeline) finishGuarded(ctx context.Context, t *Turn, out Outcome, cut 
 		return answer, c, true
 	}
 	if err != nil {
-		p.log.Warn("guarded run write failed; writing the run under its lock", "run_id", runstate.NameOf(r.ID), "tenant", runstate.TenantOf(r.ID), "err", err)
+		p.log.Warn("guarded run write failed; taking the run's lock", "run_id", runstate.NameOf(r.ID), "tenant", runstate.TenantOf(r.ID), "err", err)
 	}
+	wrote := g.stamp
 	g.unwrite(before, ops)
 	r.Unlock()
-	tx, oerr := p.tx.Open(ctx, r, runtx.Need{GoOn: true, AsHeld: err != nil})
+	tx, oerr := p.tx.Open(ctx, r, runtx.Need{GoOn: true})
 	p.settlingOpen(r, oerr)
 	p.settled(ctx, t, rider, booked.actual, now)
-	if govOf(r) == g {
+	switch ng := govOf(r); {
+	case ng == g:
 		// Not replaced: the call's end stands as made, and so does what it
 		// told.
 		tellHeld(held)
 		return answer, tx.Commit(runtx.Wait), true
+	case err != nil && ng != nil && ng.stamp == wrote:
+		// The stored run is the write itself, applied with its answer lost.
+		tellHeld(held)
+		tx.Close()
+		return answer, c, true
 	}
 	t.pendingEnd, t.replacement, t.readAnswer = nil, nil, nil
 	// The first pass's: kept in memory only, no load puts it back.

@@ -343,3 +343,37 @@ func TestGuardedBeginFallsBack(t *testing.T) {
 		t.Errorf("short, read by the other replica: %d model calls, state %s", rec2.ModelCalls, rec2.Status)
 	}
 }
+
+// A tool call's end takes the run as stored: a model call the other
+// replica made on the run while the tool ran is not written over.
+func TestFinishToolTakesTheStoredRun(t *testing.T) {
+	t.Parallel()
+	ps, _, _ := replicas(t, 2)
+	a, b := ps[0], ps[1]
+	ctx := context.Background()
+	const run = "r-tool-moved"
+	model := func(p *pipeline.Pipeline, k int) {
+		t.Helper()
+		tn := p.Begin(ctx, &pipeline.Call{Body: benchBody(), RunID: run}, openai.Chat{})
+		if tn.Answer != nil {
+			t.Fatalf("refused: %s", tn.Answer.Body)
+		}
+		p.Finish(ctx, tn, pipeline.Outcome{Status: 200, Body: toolCallAnswer(k)})
+	}
+	model(a, 1)
+	tt := a.BeginTool(ctx, &pipeline.ToolCall{Name: "read", Arguments: []byte(`{"page":1}`), RunID: run})
+	if tt.Answer != nil {
+		t.Fatalf("tool call answered by the gateway: %+v", tt.Answer)
+	}
+	model(b, 2)
+	a.FinishTool(ctx, tt, pipeline.ToolOutcome{Text: "page text"})
+	for name, p := range map[string]*pipeline.Pipeline{"a": a, "b": b} {
+		rec, _, err := p.Record(run)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.ModelCalls != 2 || rec.AgentSteps != 2 {
+			t.Errorf("%s: %d model calls, %d steps; want 2, 2 (the other replica's kept)", name, rec.ModelCalls, rec.AgentSteps)
+		}
+	}
+}
