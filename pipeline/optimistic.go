@@ -2,8 +2,6 @@ package pipeline
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"time"
 
 	"github.com/haltline/haltline/accounting"
@@ -12,15 +10,6 @@ import (
 	"github.com/haltline/haltline/store"
 	"github.com/haltline/haltline/wire"
 )
-
-// stampOf names a stored snapshot of a run for a guarded write
-// (governance.stamp): the SHA-1 that Redis computes of the stored one
-// (redis.sha1hex), so that the store compares it without knowing what a
-// snapshot holds.
-func stampOf(v []byte) string {
-	sum := sha1.Sum(v)
-	return hex.EncodeToString(sum[:])
-}
 
 // holding reports that what a call tells the observer is held back
 // (governance.held).

@@ -270,7 +270,7 @@ func (p *Pipeline) persistOps(r *runstate.Run) []store.Op {
 		return nil
 	}
 	if g != nil && p.tx.Optimistic() {
-		g.stamp = stampOf(v)
+		g.stamp = store.Stamp(v)
 	}
 	var key []byte
 	if g != nil {

@@ -55,7 +55,7 @@ func (p *Pipeline) refresh(r *runstate.Run, v []byte) error {
 	r.Load(b.Run, nil, p.now())
 	ng := p.governanceOf(&b)
 	if p.tx.Optimistic() {
-		ng.stamp = stampOf(v)
+		ng.stamp = store.Stamp(v)
 	}
 	if old := govOf(r); old != nil && old.tools != nil {
 		// Tool results, tickets and blobs this replica holds stay; the

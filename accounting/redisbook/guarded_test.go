@@ -47,6 +47,34 @@ func replicas(t *testing.T, n int) ([]*pipeline.Pipeline, *Book, []*redisstore.S
 	return out, first, stores
 }
 
+// mustBegin begins a model call of the run on p, which must go to the
+// provider.
+func mustBegin(t *testing.T, p *pipeline.Pipeline, run string) *pipeline.Turn {
+	t.Helper()
+	tn := p.Begin(context.Background(), &pipeline.Call{Body: benchBody(), RunID: run}, openai.Chat{})
+	if tn.Answer != nil {
+		t.Fatalf("refused: %s", tn.Answer.Body)
+	}
+	return tn
+}
+
+// modelCallSteps is the step of each model call event of the run's
+// timeline, as p reads it.
+func modelCallSteps(t *testing.T, p *pipeline.Pipeline, run string) []int64 {
+	t.Helper()
+	evs, _, err := p.Events(run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var steps []int64
+	for _, e := range evs {
+		if e.Type == runstate.EventModelCall {
+			steps = append(steps, e.Step)
+		}
+	}
+	return steps
+}
+
 // A call's end on the replica that moved its run last is written without
 // the run's lock, guarded by the stored run. When the other replica moved
 // the run meanwhile (a call of its own begun and ended while the first
@@ -59,17 +87,9 @@ func TestGuardedFinishFallsBackOnConflict(t *testing.T) {
 	a, b := ps[0], ps[1]
 	ctx := context.Background()
 	const run = "r-conflict"
-	begin := func(p *pipeline.Pipeline) *pipeline.Turn {
-		t.Helper()
-		tn := p.Begin(ctx, &pipeline.Call{Body: benchBody(), RunID: run}, openai.Chat{})
-		if tn.Answer != nil {
-			t.Fatalf("refused: %s", tn.Answer.Body)
-		}
-		return tn
-	}
-	a.Finish(ctx, begin(a), pipeline.Outcome{Status: 200, Body: toolCallAnswer(1)})
-	inFlight := begin(a)
-	b.Finish(ctx, begin(b), pipeline.Outcome{Status: 200, Body: toolCallAnswer(2)})
+	a.Finish(ctx, mustBegin(t, a, run), pipeline.Outcome{Status: 200, Body: toolCallAnswer(1)})
+	inFlight := mustBegin(t, a, run)
+	b.Finish(ctx, mustBegin(t, b, run), pipeline.Outcome{Status: 200, Body: toolCallAnswer(2)})
 	a.Finish(ctx, inFlight, pipeline.Outcome{Status: 200, Body: toolCallAnswer(3)})
 	// Each replica's view, and the ledger: three calls of 1000 input
 	// tokens, each a step with one tool call.
@@ -81,18 +101,8 @@ func TestGuardedFinishFallsBackOnConflict(t *testing.T) {
 		if rec.AgentSteps != 3 || rec.InputTokens != 3000 || rec.ToolCalls != 3 {
 			t.Errorf("%s: %d steps, %d input tokens, %d tool calls; want 3, 3000, 3", name, rec.AgentSteps, rec.InputTokens, rec.ToolCalls)
 		}
-		evs, _, err := p.Events(run)
-		if err != nil {
-			t.Fatal(err)
-		}
-		calls := 0
-		for _, e := range evs {
-			if e.Type == runstate.EventModelCall {
-				calls++
-			}
-		}
-		if calls != 3 {
-			t.Errorf("%s: %d model call events, want 3", name, calls)
+		if calls := modelCallSteps(t, p, run); len(calls) != 3 {
+			t.Errorf("%s: %d model call events, want 3", name, len(calls))
 		}
 	}
 	_, spent, reserved := snapshot(t, book, "run:"+run, time.Now())
@@ -102,10 +112,10 @@ func TestGuardedFinishFallsBackOnConflict(t *testing.T) {
 	// The end made again left the run's calls in flight as they were (none):
 	// after a call that reads its ledger again, the next goes without the
 	// lock, in 2 round trips.
-	a.Finish(ctx, begin(a), pipeline.Outcome{Status: 200, Body: toolCallAnswer(4)})
+	a.Finish(ctx, mustBegin(t, a, run), pipeline.Outcome{Status: 200, Body: toolCallAnswer(4)})
 	rt := &roundTrips{book: book}
 	stores[0].Client().AddHook(rt)
-	a.Finish(ctx, begin(a), pipeline.Outcome{Status: 200, Body: toolCallAnswer(5)})
+	a.Finish(ctx, mustBegin(t, a, run), pipeline.Outcome{Status: 200, Body: toolCallAnswer(5)})
 	if n := rt.n.Load(); n > 2 {
 		t.Errorf("the call after: %d round trips, want 2", n)
 	}
@@ -142,16 +152,8 @@ func TestGuardedFinishWaitsForAHeldLock(t *testing.T) {
 	stores[0].Client().AddHook(sig)
 	ctx := context.Background()
 	const run = "r-held"
-	begin := func() *pipeline.Turn {
-		t.Helper()
-		tn := a.Begin(ctx, &pipeline.Call{Body: benchBody(), RunID: run}, openai.Chat{})
-		if tn.Answer != nil {
-			t.Fatalf("refused: %s", tn.Answer.Body)
-		}
-		return tn
-	}
-	a.Finish(ctx, begin(), pipeline.Outcome{Status: 200, Body: toolCallAnswer(1)})
-	tn := begin()
+	a.Finish(ctx, mustBegin(t, a, run), pipeline.Outcome{Status: 200, Body: toolCallAnswer(1)})
+	tn := mustBegin(t, a, run)
 	// Another replica holds the run's lock as the call ends (it has it
 	// once Begin's commit let go of it).
 	unlock, err := stores[1].Lock(ctx, run)
@@ -178,18 +180,8 @@ func TestGuardedFinishWaitsForAHeldLock(t *testing.T) {
 		t.Errorf("%d steps, %d input tokens, %d tool calls; want 2, 2000, 2", rec.AgentSteps, rec.InputTokens, rec.ToolCalls)
 	}
 	// The other replica reads the run from the store.
-	evs, _, err := ps[1].Events(run)
-	if err != nil {
-		t.Fatal(err)
-	}
-	calls := 0
-	for _, e := range evs {
-		if e.Type == runstate.EventModelCall {
-			calls++
-		}
-	}
-	if calls != 2 {
-		t.Errorf("%d model call events stored, want 2", calls)
+	if calls := modelCallSteps(t, ps[1], run); len(calls) != 2 {
+		t.Errorf("%d model call events stored, want 2", len(calls))
 	}
 	if rec, _, _ := ps[1].Record(run); rec.AgentSteps != 2 {
 		t.Errorf("the other replica reads %d steps, want 2", rec.AgentSteps)
@@ -301,17 +293,7 @@ func TestGuardedBeginFallsBack(t *testing.T) {
 	if err := book.Settle(ctx, other, accounting.Vector{Steps: 1}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	evs, _, err := a.Events(steps)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []int64
-	for _, e := range evs {
-		if e.Type == runstate.EventModelCall {
-			got = append(got, e.Step)
-		}
-	}
-	if len(got) != 2 || got[0] != 1 || got[1] != 3 {
+	if got := modelCallSteps(t, a, steps); len(got) != 2 || got[0] != 1 || got[1] != 3 {
 		t.Errorf("steps of the model calls %v, want [1 3]", got)
 	}
 	// A shortfall this replica cannot see: the run's ledger drawn on from
@@ -352,20 +334,12 @@ func TestFinishToolTakesTheStoredRun(t *testing.T) {
 	a, b := ps[0], ps[1]
 	ctx := context.Background()
 	const run = "r-tool-moved"
-	model := func(p *pipeline.Pipeline, k int) {
-		t.Helper()
-		tn := p.Begin(ctx, &pipeline.Call{Body: benchBody(), RunID: run}, openai.Chat{})
-		if tn.Answer != nil {
-			t.Fatalf("refused: %s", tn.Answer.Body)
-		}
-		p.Finish(ctx, tn, pipeline.Outcome{Status: 200, Body: toolCallAnswer(k)})
-	}
-	model(a, 1)
+	a.Finish(ctx, mustBegin(t, a, run), pipeline.Outcome{Status: 200, Body: toolCallAnswer(1)})
 	tt := a.BeginTool(ctx, &pipeline.ToolCall{Name: "read", Arguments: []byte(`{"page":1}`), RunID: run})
 	if tt.Answer != nil {
 		t.Fatalf("tool call answered by the gateway: %+v", tt.Answer)
 	}
-	model(b, 2)
+	b.Finish(ctx, mustBegin(t, b, run), pipeline.Outcome{Status: 200, Body: toolCallAnswer(2)})
 	a.FinishTool(ctx, tt, pipeline.ToolOutcome{Text: "page text"})
 	for name, p := range map[string]*pipeline.Pipeline{"a": a, "b": b} {
 		rec, _, err := p.Record(run)

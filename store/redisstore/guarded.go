@@ -2,8 +2,6 @@ package redisstore
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"fmt"
 
 	"github.com/haltline/haltline/store"
@@ -79,8 +77,7 @@ func (s *Store) ApplyGuarded(ctx context.Context, runID, stamp string, ops []sto
 	}
 	for _, op := range ops {
 		if op.Bucket == store.Runs && string(op.Key) == runID && op.Value != nil {
-			sum := sha1.Sum(op.Value)
-			args[2] = hex.EncodeToString(sum[:])
+			args[2] = store.Stamp(op.Value)
 		}
 		if !known(op.Bucket) {
 			return false, fmt.Errorf("store: no bucket %q", op.Bucket)

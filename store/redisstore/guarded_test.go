@@ -2,17 +2,10 @@ package redisstore
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"testing"
 
 	"github.com/haltline/haltline/store"
 )
-
-func stampOf(v []byte) string {
-	sum := sha1.Sum(v)
-	return hex.EncodeToString(sum[:])
-}
 
 // A guarded write is applied only while the run's stored snapshot is the
 // one the writer names and nobody holds the run's lock; otherwise nothing
@@ -51,7 +44,7 @@ func TestApplyGuarded(t *testing.T) {
 	}
 	commit(t, a, store.Op{Bucket: store.Unfinished, Key: []byte("r1"), Value: []byte("1")})
 	// A stamp of another snapshot: nothing written.
-	if ok, err := a.ApplyGuarded(ctx, "r1", stampOf([]byte(`{"version":0}`)), ops, nil, nil); err != nil || ok {
+	if ok, err := a.ApplyGuarded(ctx, "r1", store.Stamp([]byte(`{"version":0}`)), ops, nil, nil); err != nil || ok {
 		t.Fatalf("stale stamp: applied %v, %v", ok, err)
 	}
 	if got := get(store.Runs, "r1"); got != string(v1) || get(store.Events, "r1-1") != "" || get(store.Unfinished, "r1") != "1" {
@@ -62,7 +55,7 @@ func TestApplyGuarded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := a.ApplyGuarded(ctx, "r1", stampOf(v1), ops, nil, nil); err != nil || ok {
+	if ok, err := a.ApplyGuarded(ctx, "r1", store.Stamp(v1), ops, nil, nil); err != nil || ok {
 		t.Fatalf("lock held: applied %v, %v", ok, err)
 	}
 	if got := get(store.Runs, "r1"); got != string(v1) {
@@ -74,7 +67,7 @@ func TestApplyGuarded(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { a.Client().Del(ctx, "cond-"+t.Name()) })
-	if ok, err := a.ApplyGuarded(ctx, "r1", stampOf(v1), ops, [][3]string{{"cond-" + t.Name(), "f", "2"}}, nil); err != nil || ok {
+	if ok, err := a.ApplyGuarded(ctx, "r1", store.Stamp(v1), ops, [][3]string{{"cond-" + t.Name(), "f", "2"}}, nil); err != nil || ok {
 		t.Fatalf("condition not held: applied %v, %v", ok, err)
 	}
 	if got := get(store.Runs, "r1"); got != string(v1) {
@@ -82,13 +75,13 @@ func TestApplyGuarded(t *testing.T) {
 	}
 	// The snapshot held, no lock, the condition holds: every op applied.
 	ops = append(ops, store.Op{Bucket: store.Lineage, Key: []byte("k"), Value: []byte("r1")})
-	if ok, err := a.ApplyGuarded(ctx, "r1", stampOf(v1), ops, [][3]string{{"cond-" + t.Name(), "f", "1"}}, nil); err != nil || !ok {
+	if ok, err := a.ApplyGuarded(ctx, "r1", store.Stamp(v1), ops, [][3]string{{"cond-" + t.Name(), "f", "1"}}, nil); err != nil || !ok {
 		t.Fatalf("guard held: applied %v, %v", ok, err)
 	}
 	if get(store.Lineage, "k") != "r1" {
 		t.Fatal("the last op of a guarded write was not applied")
 	}
-	if ok, err := a.ApplyGuarded(ctx, "r1", stampOf(v1), ops, nil, nil); err != nil || !ok {
+	if ok, err := a.ApplyGuarded(ctx, "r1", store.Stamp(v1), ops, nil, nil); err != nil || !ok {
 		t.Fatalf("guard held: applied %v, %v", ok, err)
 	}
 	if get(store.Runs, "r1") != string(v2) || get(store.Events, "r1-1") != "e" || get(store.Unfinished, "r1") != "" {
@@ -100,12 +93,12 @@ func TestApplyGuarded(t *testing.T) {
 	}
 	// The same write again (a pipeline sent again after a lost reply):
 	// found applied.
-	if ok, err := a.ApplyGuarded(ctx, "r1", stampOf(v1), ops, nil, nil); err != nil || !ok {
+	if ok, err := a.ApplyGuarded(ctx, "r1", store.Stamp(v1), ops, nil, nil); err != nil || !ok {
 		t.Fatalf("the same write again: applied %v, %v", ok, err)
 	}
 	// Another write on the old stamp: the run moved on, the guard fails.
 	other := []store.Op{{Bucket: store.Runs, Key: []byte("r1"), Value: []byte(`{"version":3}`)}}
-	if ok, err := a.ApplyGuarded(ctx, "r1", stampOf(v1), other, nil, nil); err != nil || ok {
+	if ok, err := a.ApplyGuarded(ctx, "r1", store.Stamp(v1), other, nil, nil); err != nil || ok {
 		t.Fatalf("a second write on the old stamp: applied %v, %v", ok, err)
 	}
 	if got := get(store.Runs, "r1"); got != string(v2) {
