@@ -674,9 +674,9 @@ func headroom(ls []*ledgerView, useFinalReserve bool) accounting.Vector {
 // go out in the round trip of a run's guarded write
 // (RunLock.WriteReserving), which is applied only if the reservation was
 // made: a call's start on the replica that moved its run last, or that
-// makes it, is then one round trip, where its run's lock, the
-// reservation and the commit were one each. Its hold is named before it
-// is made.
+// makes it, is then one round trip, with no lock to take and no commit
+// to wait for. Its hold is named before it is made, so that the run's
+// write names it too.
 func (b *Book) PrepareReserve(specs []accounting.LedgerSpec, ensureAt time.Time, keys []string, want accounting.Vector, useFinalReserve bool,
 	lease time.Duration, now time.Time, readHead, headFinalReserve bool) accounting.Prepared {
 	r := b.newReservation(keys, want, useFinalReserve, lease, now)

@@ -273,11 +273,9 @@ func serverCPU(b *testing.B, book *Book) time.Duration {
 // ledgers made ahead of it and a stream's budget header's read) with the
 // run's write, applied only if the reservation was made and no replica
 // stored the run meanwhile; Finish's settlement (with the header's read)
-// with the run's write, guarded so too. There were 14 and 12 when a
-// lock, its reads, its release, the header's read and the settlement
-// were round trips of their own, 5 with the lock at both ends. Begin's commit is not waited for before the
-// call goes out: it lands while the provider answers
-// (TestBeginCommitsBehindTheCall).
+// with the run's write, guarded so too. A call that takes the lock
+// instead does not wait for Begin's commit before it goes out: the
+// commit lands while the provider answers (TestBeginCommitsBehindTheCall).
 func TestRedisCallRoundTrips(t *testing.T) {
 	t.Parallel()
 	p, rt := countedReplica(t)
@@ -299,8 +297,7 @@ func TestRedisCallRoundTrips(t *testing.T) {
 	// A stream, a new run's: its headers go out before its settlement, and
 	// its first byte waits for 1 round trip (the reservation, with the
 	// ledgers made ahead of it and the header's headroom, and the run's
-	// write); 9 when each was a round trip of its own and the commit was
-	// waited for, 2 with the run's lock.
+	// write).
 	rt.n.Store(0)
 	body := bytes.Replace(benchBody(), []byte(`{"model"`), []byte(`{"stream":true,"model"`), 1)
 	tn := p.Begin(ctx, &pipeline.Call{Body: body, RunID: "r-stream"}, openai.Chat{})
@@ -473,9 +470,8 @@ func TestBeginCommitsBehindTheCall(t *testing.T) {
 
 // On Redis, on the replica that moved the run last, Finish's settlement
 // and the run's write go out in one round trip, the write guarded by the
-// stored run (a settlement needs no lock): Finish waits for 1 round trip
-// after Begin's commit, where it waited for 2, the lock with the
-// settlement and the commit, and 3 before that.
+// stored run (a settlement needs no lock): Finish waits for 1 round
+// trip, after Begin's commit when Begin made one.
 func TestFinishSettlesWithItsGuardedWrite(t *testing.T) {
 	t.Parallel()
 	p, rt, gate := gatedReplica(t)

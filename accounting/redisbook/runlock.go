@@ -95,7 +95,7 @@ type GuardedWriter[Op any] interface {
 // WriteGuarded writes ops as GuardedWriter does, with a settlement
 // (Book.SettleRider, nil for none) ahead of them in the same round trip:
 // a call's end on the replica that moved its run last is then one round
-// trip, where a lock carrying the settlement and a commit were two. The
+// trip, with no lock to take. The
 // settlement does not depend on the guard: it is made whether or not the
 // write is applied, and its rider's Result tells what it came to. A
 // Locker that cannot write guarded writes nothing (applied false).

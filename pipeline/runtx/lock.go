@@ -115,8 +115,8 @@ func (m *Manager) Optimistic() bool {
 
 // WriteGuarded writes what the caller changed on r, without the run's
 // lock, as Guarded writes: the round trip that carries the settlement
-// carries the run's commit too, where the lock and the commit were one
-// each. ops is what it tried to write (Runs.Ops), for the caller to take
+// carries the run's commit too, and neither a lock nor a commit of its
+// own is waited for. ops is what it tried to write (Runs.Ops), for the caller to take
 // back into the run when the guard failed. The caller holds r's mutex.
 func (m *Manager) WriteGuarded(ctx context.Context, r *runstate.Run, stamp string, rider accounting.Rider) (ops []store.Op, applied bool, err error) {
 	ops = m.cfg.Runs.Ops(r)
