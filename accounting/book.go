@@ -40,6 +40,16 @@ type Rider interface {
 	Result(ctx context.Context) (head Vector, headRead bool, err error)
 }
 
+// Prepared is a reservation a remote book made ready to go out in the
+// round trip of another request to the same server (a run's guarded
+// write), its hold named before it is made. Result gives what it came to
+// — the shortfall or the error, and the headroom it left when read —
+// sending it first if nothing has; call it once.
+type Prepared interface {
+	Hold() *Hold
+	Result(ctx context.Context) (short *Shortfall, head Vector, headRead bool, err error)
+}
+
 // Book is where ledgers live: in this process (MemBook) or shared by
 // several replicas (a Redis book). Every method is safe for concurrent use;
 // an error means the book could not be reached, and a caller that draws on

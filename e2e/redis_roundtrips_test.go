@@ -212,13 +212,19 @@ func (p *rttProxy) quiet() {
 // Two replicas on one Redis: a model call's round trips to Redis, counted
 // on the wire, for a new run and a run's later steps (on the replica that
 // moved it last, and on the other one), answered whole and streamed.
-// Every kind makes 5: Begin's run lock (with the run's snapshot, which
-// brings a run this replica does not hold into memory, and its ledger),
-// the reservation (with the run's ledgers made ahead of it for a new run,
-// and the budget header's headroom when streamed), Begin's commit (which
-// lets go of the lock, landing while the provider answers), Finish's lock
-// (with the settlement and the header's headroom) and Finish's commit.
-// Each bound is what the call makes, so that one round trip more fails.
+// On the replica that makes the run or moved it last, a call makes 2,
+// neither taking the run's lock: Begin's reservation (with a new run's
+// ledgers made ahead of it, and the budget header's headroom when
+// streamed) with the run's write, applied only if the reservation was
+// made and the stored run is the one this replica holds (none, for a new
+// run); Finish's settlement (with the header's headroom) with the run's
+// write, guarded so too. On the other replica the first write is refused
+// and the call takes the lock: 5, the lock's round trip (with the run's
+// snapshot, which brings the run into memory, and its ledger) releasing
+// the refused reservation, then the reservation, Begin's commit (which
+// lets go of the lock, landing while the provider answers) and Finish's
+// guarded write. Each bound is what the call makes, so that one round
+// trip more fails.
 func TestRedisRoundTripsPerCall(t *testing.T) {
 	t.Parallel()
 	bin := buildGateway(t)
@@ -260,12 +266,12 @@ func TestRedisRoundTripsPerCall(t *testing.T) {
 		stream bool
 		max    int
 	}{
-		{"new run", a, "r-one", 1, false, 5},
-		{"later step", a, "r-one", 2, false, 5},
+		{"new run", a, "r-one", 1, false, 2},
+		{"later step", a, "r-one", 2, false, 2},
 		{"later step, other replica", b, "r-one", 3, false, 5},
 		{"later step, back again", a, "r-one", 4, false, 5},
-		{"new run, streamed", a, "r-two", 1, true, 5},
-		{"later step, streamed", a, "r-two", 2, true, 5},
+		{"new run, streamed", a, "r-two", 1, true, 2},
+		{"later step, streamed", a, "r-two", 2, true, 2},
 		{"later step, streamed, other replica", b, "r-two", 3, true, 5},
 	} {
 		n := call(k.g, k.run, k.step, k.stream)

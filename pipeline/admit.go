@@ -46,17 +46,30 @@ func (p *Pipeline) Begin(ctx context.Context, call *Call, codec wire.Codec) *Tur
 		t.Answer = errorAnswer(codec, wire.ErrUnavailable, "run store unavailable, retry later", nil)
 		return t
 	}
+	// Without the lock on the replica that moved the run last, or that
+	// makes it: the reservation and the run's write in one round trip.
+	var free accounting.Rider
+	if began, again, rider := p.beginAhead(ctx, t, r, created, named); began {
+		return t
+	} else if again != nil {
+		t, free = again, rider
+		if named == "" && created { // the run made anew, left memory
+			r, created = p.runs.GetOrCreate(r.Identity)
+		}
+	}
 	// lock: the run's transaction, up to date with the store
 	var tx runtx.Tx
 	if named != "" {
-		if tx, r, created, err = p.openNamed(ctx, call, named); err != nil {
+		if tx, r, created, err = p.openNamed(ctx, call, named, free); err != nil {
 			p.namedUnavailable(t, named, err)
 			return t
 		}
 		t.run = r
 	} else {
 		t.run = r
-		if tx, err = p.tx.Open(ctx, r, runtx.Need{Ledger: true}); err != nil {
+		tx, err = p.tx.Open(ctx, r, runtx.Need{Ledger: true, Rider: free})
+		p.freed(ctx, r.ID, free)
+		if err != nil {
 			p.unavailable(t, err)
 			return t
 		}
@@ -126,13 +139,18 @@ func (p *Pipeline) beginLocked(ctx context.Context, t *Turn, r *runstate.Run, cr
 			return
 		}
 		r.Ext = g
+		g.held = t.tells // a new run's start without the lock (beginGuarded)
 		t.ahead = ahead
 		if ensured != nil {
 			t.ledgerAtLock = ensured // the lock found no ledger: it did not exist yet
 		}
 		if created {
 			r.Record(now, runstate.Event{Type: runstate.EventTransition, To: runstate.Ready, Detail: "run started"})
-			p.obs.RunStarted()
+			if g.holding() {
+				g.hold(p.obs.RunStarted)
+			} else {
+				p.obs.RunStarted()
+			}
 		}
 	}
 	g := govOf(r)
@@ -353,6 +371,11 @@ func (p *Pipeline) reserve(ctx context.Context, t *Turn, g *governance, maxOut i
 		ar, ahead := p.book.(ensureAheadReserver)
 		hr, reads := p.book.(headroomReserver)
 		switch {
+		case t.reserveLater != nil:
+			// With the run's guarded write (beginGuarded): taken as made
+			// here, and the write stands only if it was.
+			t.prepared = t.reserveLater.PrepareReserve(t.ahead, now, g.ledgers, want, false, p.opts.Lease, now, t.Req.Stream, true)
+			res, t.ahead = t.prepared.Hold(), nil
 		case ahead && t.ahead != nil:
 			// The run's ledgers are made in the reservation's round trip.
 			res, short, t.headroom, t.headroomRead, err = ar.ReserveEnsuring(ctx, t.ahead, now, g.ledgers, want, false, p.opts.Lease, now, t.Req.Stream, true)
@@ -370,7 +393,7 @@ func (p *Pipeline) reserve(ctx context.Context, t *Turn, g *governance, maxOut i
 			return p.unavailable(t, err)
 		}
 		if short == nil {
-			p.obs.Reservation("ok")
+			p.reservationSeen(g, "ok")
 			t.res, t.reserved = res, want
 			p.trackReservation(t, g, res)
 			return false
@@ -383,7 +406,7 @@ func (p *Pipeline) reserve(ctx context.Context, t *Turn, g *governance, maxOut i
 		}
 		wrapLine = shortfallLine(short)
 		if reject {
-			p.obs.Reservation("refused")
+			p.reservationSeen(g, "refused")
 			return p.end(t, g, runstate.Termination{Reason: wrapLine, Detail: shortfallDetail(g, short)}, now)
 		}
 	}
@@ -398,7 +421,7 @@ func (p *Pipeline) reserve(ctx context.Context, t *Turn, g *governance, maxOut i
 	}
 	out := fitOutput(head, t.price, t.priced, est, maxOut)
 	if out < minWrapUpOutput {
-		p.obs.Reservation("refused")
+		p.reservationSeen(g, "refused")
 		return p.end(t, g, runstate.Termination{Reason: wrapLine, Detail: "no budget left even for a wrap-up"}, now)
 	}
 	want = callVector(price, est, out)
@@ -407,10 +430,10 @@ func (p *Pipeline) reserve(ctx context.Context, t *Turn, g *governance, maxOut i
 		return p.unavailable(t, err)
 	}
 	if short != nil {
-		p.obs.Reservation("refused")
+		p.reservationSeen(g, "refused")
 		return p.end(t, g, runstate.Termination{Reason: shortfallLine(short), Detail: "no budget left even for a wrap-up"}, now)
 	}
-	p.obs.Reservation("wrap_up")
+	p.reservationSeen(g, "wrap_up")
 	p.trackReservation(t, g, res)
 	t.res, t.reserved = res, want
 	t.wrapUp, t.wrapLine = true, wrapLine
@@ -441,7 +464,7 @@ func (p *Pipeline) capOutput(ctx context.Context, t *Turn, g *governance, maxOut
 	if err != nil || short != nil {
 		return false, err
 	}
-	p.obs.Reservation("output_capped")
+	p.reservationSeen(g, "output_capped")
 	t.res, t.reserved = res, want
 	p.trackReservation(t, g, res)
 	t.run.Record(now, runstate.Event{Type: runstate.EventOutputCapped, Step: t.step,

@@ -122,12 +122,22 @@ type Turn struct {
 	// pendingEnd is a loop or stall verdict found while observing the
 	// request's tool results, applied in admission order.
 	pendingEnd *runstate.Termination
-	res        *accounting.Hold
-	resKey     []byte // the reservation's key in the store
-	reserved   accounting.Vector
-	price      accounting.Price
-	priced     bool
-	tap        wire.StreamTap
+	// reserveLater, on a call begun without the run's lock (beginGuarded),
+	// makes the reservation ready to go with the run's guarded write:
+	// prepared, taken as made until the write is back.
+	reserveLater preparingReserver
+	prepared     accounting.Prepared
+	tells        *[]func() // for the run's governance made meanwhile (governance.held)
+	// settleLater: the settlement rides with the run's guarded write
+	// (finishGuarded), whose round trip has not gone yet when settle runs;
+	// its result is read after it (settled).
+	settleLater bool
+	res         *accounting.Hold
+	resKey      []byte // the reservation's key in the store
+	reserved    accounting.Vector
+	price       accounting.Price
+	priced      bool
+	tap         wire.StreamTap
 	// A streamed tool call held until judged (Feed, Release): the tap's
 	// bytes since it began, and what replaces them when the run ends on it.
 	holding, released bool

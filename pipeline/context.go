@@ -73,7 +73,12 @@ func (p *Pipeline) rewriteContext(ctx context.Context, t *Turn, g *governance, n
 		return body
 	}
 	r.Record(now, runstate.Event{Type: runstate.EventCompression, Detail: detail})
-	p.obs.Compression(t.Req.API.String(), rep.TokensBefore, rep.TokensAfter)
+	if g.holding() {
+		api := t.Req.API.String()
+		g.hold(func() { p.obs.Compression(api, rep.TokensBefore, rep.TokensAfter) })
+	} else {
+		p.obs.Compression(t.Req.API.String(), rep.TokensBefore, rep.TokensAfter)
+	}
 	return out
 }
 
@@ -156,6 +161,10 @@ func (p *Pipeline) cutToolOutput(t *Turn, g *governance, body []byte, now time.T
 		return body
 	}
 	t.cutHeld = true
-	p.obs.ToolOutputCut(r.Tenant, rep.CutChars, rep.TokensBefore-rep.TokensAfter)
+	if g.holding() {
+		g.hold(func() { p.obs.ToolOutputCut(r.Tenant, rep.CutChars, rep.TokensBefore-rep.TokensAfter) })
+	} else {
+		p.obs.ToolOutputCut(r.Tenant, rep.CutChars, rep.TokensBefore-rep.TokensAfter)
+	}
 	return out
 }

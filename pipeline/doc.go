@@ -27,7 +27,11 @@
 // (runtx): the run lock across replicas, the run's mutex, the refresh from
 // the store, and the commit of what the stage changed. The pipeline
 // supplies what a run's snapshot holds (persist.go) and how a newer one
-// replaces the run in memory (replica.go).
+// replaces the run in memory (replica.go). With replicas, a call's start
+// and end on the replica that made the run or moved it last skip the
+// lock: their writes are guarded by the stored run, and a refused one is
+// made again under the lock, what it told the observer held back until
+// then (optimistic.go).
 //
 // Runs, their events, ledgers and holds are stored as JSON records
 // (persist.go): format 1, told by its first byte, so that a later format

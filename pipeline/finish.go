@@ -38,20 +38,25 @@ func (p *Pipeline) Finish(ctx context.Context, t *Turn, out Outcome) *Answer {
 	ctx = context.WithoutCancel(ctx)
 	// lock: Begin's commit landed first (the lock is Begin's until then)
 	t.committing.Land()
-	tx, err := p.tx.Open(ctx, r, runtx.Need{Rider: rider, GoOn: true})
-	p.settlingOpen(r, err)
-	// settle, detect, record
-	// A stream's reservation read the headroom its headers showed; what the
-	// headers show after Finish is read anew (with the settlement, when the
-	// book can), as a released reservation changes it too.
-	t.headroomRead = false
-	answer := p.finishLocked(ctx, t, out, cut, &resp, booked, rider, now)
-	p.recordFinish(t, out, cut, now)
-	p.closeReservation(t, govOf(r))
-	// commit: the answer leaves only once its settlement is committed to
-	// the store (with the run's lock let go in the same commit, when it can
-	// be).
-	c := tx.Commit(runtx.Wait)
+	// Without the lock on the replica that moved the run last: the
+	// settlement and the run's write in one round trip.
+	answer, c, guarded := p.finishGuarded(ctx, t, out, cut, &resp, booked, rider, now)
+	if !guarded {
+		tx, err := p.tx.Open(ctx, r, runtx.Need{Rider: rider, GoOn: true})
+		p.settlingOpen(r, err)
+		// settle, detect, record
+		// A stream's reservation read the headroom its headers showed; what the
+		// headers show after Finish is read anew (with the settlement, when the
+		// book can), as a released reservation changes it too.
+		t.headroomRead = false
+		answer = p.finishLocked(ctx, t, out, cut, &resp, booked, rider, now)
+		p.recordFinish(t, out, cut, now)
+		p.closeReservation(t, govOf(r))
+		// commit: the answer leaves only once its settlement is committed to
+		// the store (with the run's lock let go in the same commit, when it can
+		// be).
+		c = tx.Commit(runtx.Wait)
+	}
 	if t.unreg != nil {
 		t.unreg()
 	}
@@ -274,6 +279,7 @@ func (p *Pipeline) settle(ctx context.Context, t *Turn, g *governance, resp *wir
 	var err error
 	hs, reads := p.book.(headroomSettler)
 	switch {
+	case t.settleLater: // read once its round trip is back (settled)
 	case rider != nil:
 		t.headroom, t.headroomRead, err = rider.Result(ctx)
 	case reads:
@@ -283,9 +289,7 @@ func (p *Pipeline) settle(ctx context.Context, t *Turn, g *governance, resp *wir
 	}
 	u, cost := s.usage, s.cost
 	if err != nil {
-		// The money was spent: keep trying until the book is back.
-		p.log.Error("settlement deferred: ledger book unavailable", "run_id", runstate.NameOf(r.ID), "tenant", runstate.TenantOf(r.ID), "err", err)
-		p.deferSettle(t.res, s.actual, now)
+		p.settleFailed(t, s.actual, now, err)
 	}
 	if resp.HasUsage && !t.wrapUp {
 		// A wrap-up goes without its tools: its count says nothing of
@@ -309,7 +313,12 @@ func (p *Pipeline) settle(ctx context.Context, t *Turn, g *governance, resp *wir
 	if t.priced {
 		label = t.Req.Model
 	}
-	p.obs.Usage(t.Req.API.Provider(), label, u, cost)
+	provider := t.Req.API.Provider()
+	if g.holding() {
+		g.hold(func() { p.obs.Usage(provider, label, u, cost) })
+	} else {
+		p.obs.Usage(provider, label, u, cost)
+	}
 	t.usage, t.cost, t.finishReason, t.toolCalls = u, cost, resp.FinishReason, len(resp.ToolCalls)
 	ev := runstate.Event{Type: runstate.EventModelCall, Model: model, Status: 200, Step: t.step,
 		InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, CostUSD: cost.USD(),
@@ -318,6 +327,13 @@ func (p *Pipeline) settle(ctx context.Context, t *Turn, g *governance, resp *wir
 		ev.Error, ev.Detail = runstate.ReasonModelError, failure
 	}
 	r.Record(now, ev)
+}
+
+// settleFailed keeps a settlement the book could not take: the money was
+// spent, so it is tried again until the book is back.
+func (p *Pipeline) settleFailed(t *Turn, actual accounting.Vector, now time.Time, err error) {
+	p.log.Error("settlement deferred: ledger book unavailable", "run_id", runstate.NameOf(t.run.ID), "tenant", runstate.TenantOf(t.run.ID), "err", err)
+	p.deferSettle(t.res, actual, now)
 }
 
 // toolStep handles a response that asks for tools: the tool gates and the

@@ -46,6 +46,21 @@ type governance struct {
 	reportedSeq int64
 	// version is the last persisted version of the run (runBlob.Version).
 	version int64
+	// stamp is the SHA-1 (hex) of the run's snapshot as this replica last
+	// wrote or read it, when replicas share the store: a write guarded by
+	// it (runtx.Guarded) is applied only while the stored run is that one.
+	stamp string
+	// held, while a call's end is written without the run's lock
+	// (finishGuarded), keeps what it tells the observer and the runs it
+	// ends after it until the write is known to stand: a write the guard
+	// refused is made again from the stored run, which tells them itself.
+	held *[]func()
+	// seen is the run's own ledger as the settlement of the call that
+	// wrote the run as stamp names read it (finishGuarded), for the next
+	// call's start without the lock (beginGuarded); seenStamp is that
+	// stamp.
+	seen      *accounting.LedgerSnapshot
+	seenStamp string
 	// unsaved marks a new run whose first call went out before the run was
 	// written (saveSoon): its Finish, or the timer, writes it.
 	unsaved bool

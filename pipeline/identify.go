@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/haltline/haltline/accounting"
 	"github.com/haltline/haltline/pipeline/runtx"
 	"github.com/haltline/haltline/runstate"
 	"github.com/haltline/haltline/wire"
@@ -100,8 +101,10 @@ func checkRunNames(run, parent, session string) error {
 // openNamed opens the transaction of the run id, which identify left to
 // be found under its lock (named): brought back from the snapshot the
 // lock read, or made anew when none is stored (created).
-func (p *Pipeline) openNamed(ctx context.Context, call *Call, id string) (tx runtx.Tx, r *runstate.Run, created bool, err error) {
-	tx, r, err = p.tx.OpenNamed(ctx, id, runtx.Need{Ledger: true}, func(v []byte, read bool) (*runstate.Run, error) {
+// free, when set, is a release to send in the lock's round trip.
+func (p *Pipeline) openNamed(ctx context.Context, call *Call, id string, free accounting.Rider) (tx runtx.Tx, r *runstate.Run, created bool, err error) {
+	defer p.freed(ctx, id, free)
+	tx, r, err = p.tx.OpenNamed(ctx, id, runtx.Need{Ledger: true, Rider: free}, func(v []byte, read bool) (*runstate.Run, error) {
 		var found *runstate.Run
 		var err error
 		switch {

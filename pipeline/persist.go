@@ -259,13 +259,18 @@ func (p *Pipeline) persistOps(r *runstate.Run) []store.Op {
 			ops = append(ops, store.Op{Bucket: store.Events, Key: store.EventKey(r.ID, g.recordSeq), Value: v})
 		}
 		g.savedSeq = run.LastEventSeq
-		r.TrimEvents(g.savedSeq, eventsInMemory)
+		if !g.holding() { // a guarded write may be taken back (unwrite)
+			r.TrimEvents(g.savedSeq, eventsInMemory)
+		}
 		ops = p.recordingOps(r, g, now, ops)
 	}
 	v, err := encodeRun(&run, g)
 	if err != nil {
 		p.log.Error("cannot encode run", "run_id", runstate.NameOf(r.ID), "tenant", runstate.TenantOf(r.ID), "err", err)
 		return nil
+	}
+	if g != nil && p.tx.Optimistic() {
+		g.stamp = store.Stamp(v)
 	}
 	var key []byte
 	if g != nil {

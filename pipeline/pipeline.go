@@ -69,8 +69,14 @@ func runEnd(r *runstate.Run, state runstate.State, term runstate.Termination, no
 // ended reports a run's end, after every transition that led to it, so
 // that the observer sees the states in order.
 func (p *Pipeline) ended(r *runstate.Run, state runstate.State, term runstate.Termination, now time.Time) {
-	p.reportTransitions(r, govOf(r))
-	p.obs.RunEnded(runEnd(r, state, term, now))
+	g := govOf(r)
+	p.reportTransitions(r, g)
+	e := runEnd(r, state, term, now)
+	if g.holding() {
+		g.hold(func() { p.obs.RunEnded(e) })
+	} else {
+		p.obs.RunEnded(e)
+	}
 }
 
 // reportTransitions hands the transitions recorded since the last report to
@@ -86,7 +92,12 @@ func (p *Pipeline) reportTransitions(r *runstate.Run, g *governance) {
 			if err != nil {
 				at = p.now()
 			}
-			p.obs.Transition(r.ID, string(ev.From), string(ev.To), at)
+			from, to := string(ev.From), string(ev.To)
+			if g.holding() {
+				g.hold(func() { p.obs.Transition(r.ID, from, to, at) })
+			} else {
+				p.obs.Transition(r.ID, from, to, at)
+			}
 		}
 		g.reportedSeq = ev.Seq
 	}

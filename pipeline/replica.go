@@ -54,6 +54,9 @@ func (p *Pipeline) refresh(r *runstate.Run, v []byte) error {
 	}
 	r.Load(b.Run, nil, p.now())
 	ng := p.governanceOf(&b)
+	if p.tx.Optimistic() {
+		ng.stamp = store.Stamp(v)
+	}
 	if old := govOf(r); old != nil && old.tools != nil {
 		// Tool results, tickets and blobs this replica holds stay; the
 		// per-tool uses and the pause come from the newer state.

@@ -38,7 +38,11 @@ func (p *Pipeline) shadow(r *runstate.Run, term runstate.Termination, step int64
 		At:       now.UTC().Format(time.RFC3339Nano),
 	})
 	r.Record(now, runstate.Event{Type: runstate.EventShadow, Detail: term.Reason + ": " + term.Detail})
-	p.obs.Termination(term.Reason, policy.Shadow)
+	if g := govOf(r); g.holding() {
+		g.hold(func() { p.obs.Termination(term.Reason, policy.Shadow) })
+	} else {
+		p.obs.Termination(term.Reason, policy.Shadow)
+	}
 }
 
 // end ends the run (enforced) and answers the turn with its termination.
@@ -61,9 +65,18 @@ func (p *Pipeline) terminate(r *runstate.Run, g *governance, term runstate.Termi
 		return nil
 	}
 	r.Record(now, runstate.Event{Type: runstate.EventTermination, Detail: term.Reason + ": " + term.Detail})
-	p.obs.Termination(term.Reason, policy.Enforce)
+	if g.holding() {
+		g.hold(func() { p.obs.Termination(term.Reason, policy.Enforce) })
+	} else {
+		p.obs.Termination(term.Reason, policy.Enforce)
+	}
 	// The observer writes the termination's log line (telemetry's keys).
 	p.ended(r, state, *r.Termination, now)
+	if g.holding() {
+		// Nobody waits for a held end's children (finishGuarded).
+		g.hold(func() { p.cascadeOf(r, term) })
+		return nil
+	}
 	return p.cascadeOf(r, term)
 }
 
@@ -82,7 +95,11 @@ func (p *Pipeline) loopVerdict(t *Turn, g *governance, v *loopguard.Verdict, now
 		line = policy.LineSemanticRepeat
 	}
 	mode := g.term.EnforcementOf(line)
-	p.obs.LoopDetection(v.Detector, mode)
+	if g.holding() {
+		g.hold(func() { p.obs.LoopDetection(v.Detector, mode) })
+	} else {
+		p.obs.LoopDetection(v.Detector, mode)
+	}
 	if mode == policy.Shadow {
 		hit := term
 		hit.Reason = line

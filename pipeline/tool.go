@@ -401,9 +401,12 @@ func (p *Pipeline) FinishTool(ctx context.Context, tt *ToolTurn, out ToolOutcome
 	r := tt.run
 	ctx = context.WithoutCancel(ctx)
 	// lock: BeginTool's commit landed first (the lock is BeginTool's until
-	// then); the run is written as this replica holds it
+	// then); the run is caught up with the store, where another replica
+	// may have moved it while the tool ran (a refresh finds the run as
+	// this replica wrote it most often, and costs nothing: the lock read
+	// its snapshot)
 	tt.committing.Land()
-	tx, err := p.tx.Open(ctx, r, runtx.Need{GoOn: true, AsHeld: true})
+	tx, err := p.tx.Open(ctx, r, runtx.Need{GoOn: true})
 	p.settlingOpen(r, err)
 	// settle, cut, store, observe
 	res := p.finishToolLocked(ctx, tt, out)

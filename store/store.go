@@ -2,6 +2,8 @@ package store
 
 import (
 	"bytes"
+	"crypto/sha1"
+	"encoding/hex"
 	"errors"
 )
 
@@ -31,6 +33,14 @@ const (
 // (redisstore's LockRead); the embedded store refuses it as it refuses any
 // unknown bucket.
 const LockRelease Bucket = "lock-release"
+
+// Stamp names a stored value for a write guarded by it (redisstore's
+// ApplyGuarded): its SHA-1 in hex, which Redis computes of what it holds
+// (redis.sha1hex), so that the store compares values it does not read.
+func Stamp(v []byte) string {
+	sum := sha1.Sum(v)
+	return hex.EncodeToString(sum[:])
+}
 
 // AllBuckets lists every bucket. The log numbers buckets by their place
 // here: a new one goes at the end.

@@ -3,6 +3,7 @@ package redisbook
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -592,6 +593,22 @@ type settleRider struct {
 	useFinalReserve bool
 	res             *redis.Cmd // set once queued
 	reads           []*redis.SliceCmd
+	views           []*ledgerView // the ledgers as read after it (Result)
+}
+
+// Ledger is the state of the ledger key, one of the keys whose headroom
+// the settlement read, as read after it (nil when it does not exist);
+// read is false when it was not read. Call it after Result.
+func (r *settleRider) Ledger(key string) (state *accounting.LedgerSnapshot, read bool) {
+	for i, k := range r.keys {
+		if k == key && i < len(r.views) {
+			if l := r.views[i]; l != nil {
+				state = &accounting.LedgerSnapshot{Limit: vector(l.limit), Spent: vector(l.spent), Reserved: vector(l.reserved)}
+			}
+			return state, true
+		}
+	}
+	return nil, false
 }
 
 // queue adds the settlement to p, when it has one to make and has not
@@ -636,6 +653,7 @@ func (r *settleRider) Result(ctx context.Context) (head accounting.Vector, read 
 	if err != nil {
 		return head, false, nil
 	}
+	r.views = ls
 	return headroom(ls, r.useFinalReserve), true, nil
 }
 
@@ -649,4 +667,132 @@ func headroom(ls []*ledgerView, useFinalReserve bool) accounting.Vector {
 		}
 	}
 	return h
+}
+
+// PrepareReserve makes ReserveEnsuring's reservation (the ledgers of
+// specs made ahead of it, the headroom read only when readHead) ready to
+// go out in the round trip of a run's guarded write
+// (RunLock.WriteReserving), which is applied only if the reservation was
+// made: a call's start on the replica that moved its run last, or that
+// makes it, is then one round trip, with no lock to take and no commit
+// to wait for. Its hold is named before it is made, so that the run's
+// write names it too.
+func (b *Book) PrepareReserve(specs []accounting.LedgerSpec, ensureAt time.Time, keys []string, want accounting.Vector, useFinalReserve bool,
+	lease time.Duration, now time.Time, readHead, headFinalReserve bool) accounting.Prepared {
+	r := b.newReservation(keys, want, useFinalReserve, lease, now)
+	p := &preparedReserve{b: b, r: r, hold: &r.hold, now: now, headFinalReserve: headFinalReserve}
+	p.ekeys, p.eargs = b.ensureArgs(specs, ensureAt)
+	if readHead {
+		p.heads = keys
+	}
+	return p
+}
+
+// preparedReserve is a reservation with the read of the headroom it
+// leaves, made ready to ride in another request's pipeline.
+type preparedReserve struct {
+	b                *Book
+	r                *reservation
+	hold             *accounting.Hold
+	heads            []string
+	now              time.Time
+	headFinalReserve bool
+	ekeys            []string // the ledgers made ahead of it
+	eargs            []any
+	ensured          *redis.Cmd
+	res              *redis.Cmd // set once queued
+	reads            []*redis.SliceCmd
+}
+
+// Hold implements accounting.Prepared.
+func (p *preparedReserve) Hold() *accounting.Hold { return p.hold }
+
+// queue adds the reservation to pl, once, the ledgers it makes ahead of
+// it as EVAL (see ReserveEnsuring).
+func (p *preparedReserve) queue(ctx context.Context, pl redis.Pipeliner) {
+	if p.res == nil {
+		if len(p.ekeys) > 0 {
+			p.ensured = ensureScript.Eval(ctx, pl, p.ekeys, p.eargs...)
+		}
+		p.res, p.reads = p.b.queueScriptThenRead(ctx, pl, reserveScript, p.r.keys, p.r.args, p.heads)
+	}
+}
+
+// conds are what the reservation made: its hold, with its expiry.
+func (p *preparedReserve) conds() [][3]string {
+	return [][3]string{{p.b.holdPrefix() + p.hold.ID, "e", strconv.FormatInt(p.hold.Expires.UnixMicro(), 10)}}
+}
+
+// Result implements accounting.Prepared: the reservation goes out on its
+// own when no pipeline carried it. A server that lost the script made
+// nothing: the script is loaded again, and the answer is an error.
+func (p *preparedReserve) Result(ctx context.Context) (short *accounting.Shortfall, head accounting.Vector, read bool, err error) {
+	if p.res == nil {
+		_, _ = p.b.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
+			p.queue(ctx, pl)
+			return nil
+		})
+	}
+	if p.ensured != nil && p.ensured.Err() != nil {
+		return nil, head, false, fmt.Errorf("redis book: ensure: %w", p.ensured.Err())
+	}
+	_, cmds, noScript, err := scriptThenReadResult(p.res, p.reads)
+	if err == nil && noScript {
+		err = reserveScript.Load(ctx, p.b.rdb).Err()
+		if err == nil {
+			err = errNoScript
+		}
+	}
+	if err != nil {
+		return nil, head, false, fmt.Errorf("redis book: reserve: %w", err)
+	}
+	res, _ := p.res.Slice()
+	if _, short, err = p.r.result(res); err != nil || short != nil || p.heads == nil {
+		return short, head, false, err
+	}
+	ls, verr := views(p.heads, cmds, p.now)
+	if verr != nil {
+		return nil, head, false, nil
+	}
+	return nil, headroom(ls, p.headFinalReserve), true, nil
+}
+
+// errNoScript is a reservation the server could not run: it had lost
+// the script.
+var errNoScript = errors.New("script not loaded")
+
+// ReleaseRider makes Release of h ready to ride in a run lock's round
+// trip (RunLock.LockReadRiding), ahead of the lock's read of the run's
+// ledger: the hold of a guarded write that was refused goes in the round
+// trip of the lock taken next. Its Result is Release's error.
+func (b *Book) ReleaseRider(h *accounting.Hold) accounting.Rider {
+	return &releaseRider{b: b, h: h}
+}
+
+type releaseRider struct {
+	b   *Book
+	h   *accounting.Hold
+	res *redis.Cmd // set once queued
+}
+
+// queue adds the release to p, once. EVAL, not EVALSHA: a release rides
+// only after a refused write, too seldom for the server to have the
+// script at hand, and a script it lacks would cost two round trips more.
+func (r *releaseRider) queue(ctx context.Context, p redis.Pipeliner) {
+	if r.res == nil && r.h != nil && r.h.ID != "" {
+		r.res = releaseScript.Eval(ctx, p, []string{r.b.holds, r.b.holdPrefix() + r.h.ID}, r.h.ID)
+	}
+}
+
+// Result implements accounting.Rider: the release goes out on its own
+// (through Release, which loads the script) when no pipeline carried it
+// or the server had lost the script.
+func (r *releaseRider) Result(ctx context.Context) (accounting.Vector, bool, error) {
+	if r.res == nil || redis.HasErrorPrefix(r.res.Err(), "NOSCRIPT") {
+		return accounting.Vector{}, false, r.b.Release(ctx, r.h)
+	}
+	if err := r.res.Err(); err != nil {
+		return accounting.Vector{}, false, fmt.Errorf("redis book: release: %w", err)
+	}
+	return accounting.Vector{}, false, nil
 }

@@ -1,8 +1,12 @@
 // Package redisbook owns the ledger book on Redis (Book, an
 // accounting.Book shared by every replica on one Redis, docs/design.md
 // §9) and the pipeline's run lock on Redis (RunLock), which carries the
-// book's reads and settlements in the round trip of the Redis store's
-// lock (store/redisstore, whose client the Book shares).
+// book's reads, settlements and releases in the round trip of the Redis
+// store's lock (store/redisstore, whose client the Book shares), and a
+// settlement or a reservation (PrepareReserve) in that of a run's write
+// without the lock (WriteGuarded, WriteReserving: the store's guarded
+// write, which a reservation's write also makes wait on the hold made and
+// on the run's ledger as counted).
 //
 // It must not hold business rules beyond the ledger arithmetic the Book
 // contract defines (all-or-nothing reservation, final reserve, windows,

@@ -267,16 +267,15 @@ func serverCPU(b *testing.B, book *Book) time.Duration {
 	return time.Duration(total * float64(time.Second))
 }
 
-// A governed call on Redis makes at most 7 round trips for a run's first
-// call (the run looked up; Begin's lock with the run's snapshot; the run's
-// ledger made and read; the reservation, with the budget header's read;
-// the commit that lets go of the lock; Finish's lock with the settlement
-// and the header's read again; the commit), 5 for the next ones, Begin's
-// lock reading the run's ledger too. There were 14 and 12 when a lock,
-// its reads, its release, the header's read and the settlement were
-// round trips of their own. Begin's commit is not waited for before the
-// call goes out: it lands while the provider answers
-// (TestBeginCommitsBehindTheCall).
+// A governed call on Redis makes at most 2 round trips on the replica
+// that makes its run or moved it last, a run's first call included, and
+// neither takes the run's lock: Begin's reservation (with a new run's
+// ledgers made ahead of it and a stream's budget header's read) with the
+// run's write, applied only if the reservation was made and no replica
+// stored the run meanwhile; Finish's settlement (with the header's read)
+// with the run's write, guarded so too. A call that takes the lock
+// instead does not wait for Begin's commit before it goes out: the
+// commit lands while the provider answers (TestBeginCommitsBehindTheCall).
 func TestRedisCallRoundTrips(t *testing.T) {
 	t.Parallel()
 	p, rt := countedReplica(t)
@@ -290,16 +289,15 @@ func TestRedisCallRoundTrips(t *testing.T) {
 		}
 		p.Finish(ctx, tn, pipeline.Outcome{Status: 200, Body: toolCallAnswer(step)})
 		p.Headers(tn, func(string, string) {})
-		want := int64(5)
+		want := int64(2)
 		if n := rt.n.Load(); n > want {
 			t.Errorf("step %d: %d round trips, want at most %d", step+1, n, want)
 		}
 	}
 	// A stream, a new run's: its headers go out before its settlement, and
-	// its first byte waits for 2 round trips (the lock with the run's
-	// snapshot and ledger, the reservation with the ledgers made ahead of
-	// it and the header's headroom); 9 when each was a round trip of its
-	// own and the commit was waited for, which may be back by now (3).
+	// its first byte waits for 1 round trip (the reservation, with the
+	// ledgers made ahead of it and the header's headroom, and the run's
+	// write).
 	rt.n.Store(0)
 	body := bytes.Replace(benchBody(), []byte(`{"model"`), []byte(`{"stream":true,"model"`), 1)
 	tn := p.Begin(ctx, &pipeline.Call{Body: body, RunID: "r-stream"}, openai.Chat{})
@@ -307,8 +305,8 @@ func TestRedisCallRoundTrips(t *testing.T) {
 		t.Fatalf("stream refused (%v) or not seen: %+v", tn.Answer, tn.Req)
 	}
 	p.Headers(tn, func(string, string) {})
-	if n := rt.n.Load(); n > 3 {
-		t.Errorf("a stream's first byte waits for %d round trips, want at most 3", n)
+	if n := rt.n.Load(); n > 1 {
+		t.Errorf("a stream's first byte waits for %d round trips, want at most 1", n)
 	}
 	p.Finish(ctx, tn, pipeline.Outcome{Status: 200, Streamed: true})
 }
@@ -335,10 +333,22 @@ func isSettlement(c redis.Cmder) bool {
 	return c.Name() == "evalsha" && len(c.Args()) > 1 && c.Args()[1] == settleScript.Hash()
 }
 
+// isGuardedWrite reports a run's write without its lock
+// (redisstore.Store.ApplyGuarded), whose first key is the run's lock.
+func isGuardedWrite(c redis.Cmder) bool {
+	a := c.Args()
+	if c.Name() != "evalsha" || len(a) < 4 {
+		return false
+	}
+	k, _ := a[3].(string)
+	return strings.Contains(k, ":lock:run:")
+}
+
 // commitGate holds back a client's commits (MULTI/EXEC with writes, not
 // the book's reads) while it is shut, and writes, in order, when each
-// lock (with a settlement in its round trip or not) and each settlement
-// of its own is sent, and when each commit has landed.
+// lock (with a settlement in its round trip or not), each settlement
+// (of its own, or with a run's guarded write) and each reservation with
+// a run's guarded write is sent, and when each commit has landed.
 type commitGate struct {
 	shut atomic.Pointer[chan struct{}]
 	mu   sync.Mutex
@@ -379,21 +389,33 @@ func (g *commitGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 			} else {
 				g.note("lock")
 			}
+		case isSettlement(cmds[0]) && slices.ContainsFunc(cmds, isGuardedWrite):
+			g.note("settle+write")
 		case isSettlement(cmds[0]):
 			g.note("settle")
+		case slices.ContainsFunc(cmds, isGuardedWrite):
+			g.note("reserve+write")
 		}
 		return next(ctx, cmds)
 	}
 }
 
-// On Redis, a forwarded call does not wait for Begin's commit (its state,
-// with the lock's release): the commit lands while the provider answers,
-// and Finish takes the run's lock only once it has, so the call's own
-// commit never makes its Finish wait for the lock. A stream's first byte
-// then waits for 4 round trips of a new run, the commit not among them.
+// On Redis, a call begun under the run's lock (the run another replica
+// moved last) does not wait for Begin's commit (its state, with the
+// lock's release): the commit lands while the provider answers, and
+// Finish writes the run only once it has, so the call's own commit never
+// makes its Finish's guarded write fail. Its first byte then waits for 3
+// round trips (the write refused, the lock, the reservation), the commit
+// not among them.
 func TestBeginCommitsBehindTheCall(t *testing.T) {
 	t.Parallel()
-	p, rt, gate := gatedReplica(t)
+	ps, book, stores := replicas(t, 2)
+	p, other := ps[0], ps[1]
+	rt := &roundTrips{book: book}
+	gate := &commitGate{}
+	stores[0].Client().AddHook(rt)
+	stores[0].Client().AddHook(gate)
+	warmUp(p)
 	ctx := context.Background()
 	for _, stream := range []bool{false, true} {
 		body := benchBody()
@@ -401,6 +423,8 @@ func TestBeginCommitsBehindTheCall(t *testing.T) {
 			body = bytes.Replace(body, []byte(`{"model"`), []byte(`{"stream":true,"model"`), 1)
 		}
 		id := fmt.Sprintf("r-behind-%v", stream)
+		made := other.Begin(ctx, &pipeline.Call{Body: body, RunID: id}, openai.Chat{})
+		other.Finish(ctx, made, pipeline.Outcome{Status: 200, Streamed: stream, Body: toolCallAnswer(1)})
 		shut := make(chan struct{})
 		gate.shut.Store(&shut)
 		gate.take()
@@ -422,8 +446,8 @@ func TestBeginCommitsBehindTheCall(t *testing.T) {
 		}
 		// The held commit is sent only once the gate opens: what Begin
 		// (and a stream's headers) waited for is counted by now.
-		if n := rt.n.Load(); n > 4 {
-			t.Errorf("stream %v: the call went out after %d round trips, want at most 4", stream, n)
+		if n := rt.n.Load(); n > 3 {
+			t.Errorf("stream %v: the call went out after %d round trips, want at most 3", stream, n)
 		}
 		finished := make(chan struct{})
 		go func() {
@@ -436,19 +460,19 @@ func TestBeginCommitsBehindTheCall(t *testing.T) {
 		close(shut)
 		<-finished
 		log := gate.take()
-		// Begin's lock, its commit, Finish's lock with its settlement,
-		// Finish's commit.
-		if log != "lock commit lock+settle commit" {
-			t.Errorf("stream %v: locks and commits in the order %q, want Finish's lock after Begin's commit", stream, log)
+		// Begin's write refused (the run is stored), its lock, its commit,
+		// Finish's settlement with the run's guarded write.
+		if log != "reserve+write lock commit settle+write" {
+			t.Errorf("stream %v: locks and commits in the order %q, want Finish's guarded write after Begin's commit", stream, log)
 		}
 	}
 }
 
-// On Redis, Finish's settlement goes out in the round trip of its run's
-// lock (a settlement needs no lock): Finish waits for 2 round trips,
-// where it waited for 3, a settlement, the lock, the commit, one after
-// the other.
-func TestFinishSettlesInItsLocksRoundTrip(t *testing.T) {
+// On Redis, on the replica that moved the run last, Finish's settlement
+// and the run's write go out in one round trip, the write guarded by the
+// stored run (a settlement needs no lock): Finish waits for 1 round
+// trip, after Begin's commit when Begin made one.
+func TestFinishSettlesWithItsGuardedWrite(t *testing.T) {
 	t.Parallel()
 	p, rt, gate := gatedReplica(t)
 	ctx := context.Background()
@@ -463,11 +487,11 @@ func TestFinishSettlesInItsLocksRoundTrip(t *testing.T) {
 		n := rt.n.Load()
 		log := gate.take()
 		// Begin's commit lands behind the call: Finish waits for it first.
-		if !strings.HasSuffix(log, "lock+settle commit") || strings.Contains(log, " settle") {
-			t.Errorf("step %d: Finish sent %q, want its settlement in its lock's round trip", step+1, log)
+		if !strings.HasSuffix(log, "settle+write") || strings.Contains(log, "lock") {
+			t.Errorf("step %d: Finish sent %q, want its settlement with its guarded write", step+1, log)
 		}
-		if n > 3 {
-			t.Errorf("step %d: Finish made %d round trips, want at most 3 (Begin's commit, the lock with the settlement, the commit)", step+1, n)
+		if n > 2 {
+			t.Errorf("step %d: Finish made %d round trips, want at most 2 (Begin's commit, the settlement with the guarded write)", step+1, n)
 		}
 		var remaining string
 		p.Headers(tn, func(k, v string) {
@@ -476,7 +500,7 @@ func TestFinishSettlesInItsLocksRoundTrip(t *testing.T) {
 			}
 		})
 		if remaining == "" {
-			t.Errorf("step %d: no budget header after a settlement read in the lock's round trip", step+1)
+			t.Errorf("step %d: no budget header after a settlement read with the guarded write", step+1)
 		}
 	}
 }

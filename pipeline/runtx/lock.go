@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/haltline/haltline/accounting"
+	"github.com/haltline/haltline/runstate"
 	"github.com/haltline/haltline/store"
 )
 
@@ -85,4 +86,56 @@ func (m *Manager) lock(ctx context.Context, runID string, need Need) (func(), pr
 func (m *Manager) CarriesRider() bool {
 	_, ok := m.cfg.Lock.(LockRiding)
 	return ok
+}
+
+// Guarded is a Lock that can also write a run without being taken
+// (redisbook.RunLock on redisstore.Store): the write is applied, whole,
+// only while no replica holds the run's lock and the run's stored
+// snapshot is the one whose SHA-1 (hex) is stamp — the one this replica
+// last wrote or read, so that nobody moved the run since; else nothing
+// is written. rider, a settlement, goes in the same round trip whether or
+// not the write is applied.
+//
+// WriteReserving writes so with a reservation instead of a settlement,
+// applied only if the reservation was made and the run's own ledger
+// (ledger) shows the spent and reserved steps (before the reservation)
+// the writer counted.
+type Guarded interface {
+	WriteGuarded(ctx context.Context, runID, stamp string, ops []store.Op, rider accounting.Rider) (applied bool, err error)
+	WriteReserving(ctx context.Context, runID, stamp string, ops []store.Op, res accounting.Prepared, ledger string, spent, reserved int64) (applied bool, err error)
+	Guarded() bool
+}
+
+// Optimistic reports whether a run can be written without its lock
+// (Guarded): replicas share the store and the lock can guard a write.
+func (m *Manager) Optimistic() bool {
+	g, ok := m.cfg.Lock.(Guarded)
+	return ok && m.Shared() && g.Guarded()
+}
+
+// WriteGuarded writes what the caller changed on r, without the run's
+// lock, as Guarded writes: the round trip that carries the settlement
+// carries the run's commit too, and neither a lock nor a commit of its
+// own is waited for. ops is what it tried to write (Runs.Ops), for the caller to take
+// back into the run when the guard failed. The caller holds r's mutex.
+func (m *Manager) WriteGuarded(ctx context.Context, r *runstate.Run, stamp string, rider accounting.Rider) (ops []store.Op, applied bool, err error) {
+	ops = m.cfg.Runs.Ops(r)
+	if ops == nil {
+		return nil, false, nil
+	}
+	applied, err = m.cfg.Lock.(Guarded).WriteGuarded(ctx, r.ID, stamp, ops, rider)
+	return ops, applied, err
+}
+
+// WriteReserving writes what the caller changed on r as WriteGuarded
+// does, with a reservation ahead of it in the same round trip
+// (Guarded.WriteReserving): a call's start with neither the run's lock
+// nor a commit behind it. The caller holds r's mutex.
+func (m *Manager) WriteReserving(ctx context.Context, r *runstate.Run, stamp string, res accounting.Prepared, ledger string, spent, reserved int64) (ops []store.Op, applied bool, err error) {
+	ops = m.cfg.Runs.Ops(r)
+	if ops == nil {
+		return nil, false, nil
+	}
+	applied, err = m.cfg.Lock.(Guarded).WriteReserving(ctx, r.ID, stamp, ops, res, ledger, spent, reserved)
+	return ops, applied, err
 }

@@ -68,9 +68,6 @@ type Need struct {
 	// run's state catches up at its next call); Open then returns the
 	// failure with the open transaction, for the caller to log.
 	GoOn bool
-	// AsHeld skips the refresh: the run is written as this replica holds
-	// it.
-	AsHeld bool
 }
 
 // StaleError is a refresh that failed: the run's lock was taken, but its
@@ -135,12 +132,9 @@ func (m *Manager) OpenNamed(ctx context.Context, id string, need Need, find func
 }
 
 // open takes r's mutex once its lock is had (or, with need.GoOn, not had:
-// err) and catches r up with its stored state unless need.AsHeld.
+// err) and catches r up with its stored state.
 func (m *Manager) open(r *runstate.Run, unlock func(), pre prefetched, err error, need Need) (Tx, error) {
 	r.Lock()
-	if need.AsHeld {
-		return Tx{m: m, r: r, unlock: unlock, pre: pre}, err
-	}
 	if rerr := m.refresh(r, pre); rerr != nil {
 		if !need.GoOn {
 			r.Unlock()

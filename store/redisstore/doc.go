@@ -23,4 +23,9 @@
 // Store writes are group-committed like Bolt's: one goroutine sends
 // everything queued since its last commit as one MULTI/EXEC; a commit may
 // carry the release of a run's lock (store.LockRelease) after its writes.
+// ApplyGuarded writes a run's commit without its lock, by itself: one
+// script that applies it only while the lock is free, the stored snapshot
+// is the writer's (its SHA-1; none, for a new run) and the conditions
+// another user of the client sets hold, that user's commands riding
+// ahead of it.
 package redisstore
