@@ -37,7 +37,10 @@ func (g *governance) hold(f func()) { *g.held = append(*g.held, f) }
 // the budget header) changes nothing of the run: it is read once the
 // round trip is back. A write whose answer was lost (an error) may have
 // been applied: a stored run that is that write is the call's end, not
-// made again.
+// made again. Only when the write's answer is lost twice (the client's
+// retry included) and another call of the run on this replica commits
+// in between is the stored run no longer that write, and the end is made
+// again: counted twice.
 func (p *Pipeline) finishGuarded(ctx context.Context, t *Turn, out Outcome, cut bool, resp *wire.Response, booked settlement,
 	rider accounting.Rider, now time.Time) (answer *Answer, c runtx.Pending, ok bool) {
 	r := t.run
