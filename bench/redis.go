@@ -1,0 +1,182 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The targets of -redis: the gateway on a Redis store the harness starts
+// for each round, once as one process and twice as two processes on the
+// same Redis (store.redis_url). Beside haltline, the same build on its
+// embedded store, they show what sharing a run's state through Redis
+// costs a call, and what a second replica does to throughput.
+const (
+	redisOne     = "haltline-redis"
+	redisTwo     = "haltline-2x-redis"
+	redisTwoAlt  = "haltline-2x-redis-alt"
+	redisDefault = "/usr/bin/redis-server"
+)
+
+// spread is how a target served by several processes shares its
+// requests out among them.
+type spread int
+
+const (
+	// byRun sends every call of a run to one process, as a proxy pinning
+	// runs by X-Run-Id does (examples/envoy): a run's lock and snapshot
+	// are then always last written by the process that reads them.
+	byRun spread = iota
+	// byStep sends consecutive steps of a run to different processes,
+	// the worst case: every step reads what the other one wrote.
+	byStep
+)
+
+func (s spread) String() string {
+	if s == byStep {
+		return "consecutive steps of a run alternate between the processes"
+	}
+	return "each run's calls go to one process"
+}
+
+// redisVariants are the -redis targets; db is the Redis database each
+// uses, so that no target's runs, ledgers or locks meet another's.
+func redisVariants(args string) []variant {
+	return []variant{
+		{name: redisOne, args: args, redisDB: 1, replicas: 1},
+		{name: redisTwo, args: args, redisDB: 2, replicas: 2, spread: byRun},
+		{name: redisTwoAlt, args: args, redisDB: 3, replicas: 2, spread: byStep},
+	}
+}
+
+// findRedis resolves -redis: "" when off, else the redis-server binary.
+func findRedis(flag string) (string, error) {
+	switch flag {
+	case "", "off":
+		return "", nil
+	case "auto":
+		if p, err := exec.LookPath("redis-server"); err == nil {
+			return p, nil
+		}
+		if _, err := os.Stat(redisDefault); err == nil {
+			return redisDefault, nil
+		}
+		return "", fmt.Errorf("-redis auto: no redis-server in PATH nor at %s (Debian: apt-get install redis-server)", redisDefault)
+	}
+	if _, err := os.Stat(flag); err != nil {
+		return "", fmt.Errorf("-redis: %w", err)
+	}
+	return flag, nil
+}
+
+// redisVersion is what `redis-server --version` says, for the report.
+func redisVersion(bin string) string {
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil {
+		return bin
+	}
+	return strings.TrimSpace(string(out)) + " (" + bin + ")"
+}
+
+// startRedis starts redis-server on a free loopback port, on the servers'
+// CPU, with nothing persisted: the figures are those of a gateway whose
+// Redis answers from memory, not of Redis's disk.
+func startRedis(ctx context.Context, pl *placement, dir, bin string) (*proc, error) {
+	data := filepath.Join(dir, "redis-data")
+	if err := os.MkdirAll(data, 0o700); err != nil {
+		return nil, err
+	}
+	var lastErr error
+	// Ports are picked free then bound by redis-server: another process
+	// may take one in between, so a failed start is tried again.
+	for range 3 {
+		addr, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		_, port, _ := net.SplitHostPort(addr)
+		cmd := exec.Command(bin, "--port", port, "--bind", "127.0.0.1", "--dir", data,
+			"--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", "")
+		s := &proc{name: "redis-server", cmd: cmd, addr: addr, log: filepath.Join(dir, "redis-server.log"), done: make(chan struct{})}
+		logf, err := os.Create(s.log)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.launch(pl, logf); err != nil {
+			return nil, err
+		}
+		if lastErr = waitRedis(ctx, s); lastErr == nil {
+			return s, nil
+		}
+		s.stop()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+	}
+	return nil, fmt.Errorf("redis-server: %w", lastErr)
+}
+
+// waitRedis waits until the redis-server s answers on its address, and
+// checks that it is s that answers and not another one on the port.
+func waitRedis(ctx context.Context, s *proc) error {
+	ours := "process_id:" + strconv.Itoa(s.pid())
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		if done, err := s.exited(); done {
+			return fmt.Errorf("exited at start (%v): %s", err, s.tail(10))
+		}
+		info, err := redisInfo(s.addr)
+		if err == nil {
+			if !strings.Contains(info, ours) {
+				return fmt.Errorf("another redis-server answers on %s", s.addr)
+			}
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return errors.New("not answering after 15 s")
+}
+
+// redisInfo sends INFO server as an inline command and returns the reply.
+func redisInfo(addr string) (string, error) {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := c.Write([]byte("INFO server\r\n")); err != nil {
+		return "", err
+	}
+	r := bufio.NewReader(c)
+	head, err := r.ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	// A bulk string: $LENGTH, then that many bytes.
+	n, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(head, "$")))
+	if err != nil || !strings.HasPrefix(head, "$") {
+		return "", fmt.Errorf("INFO answered %q", strings.TrimSpace(head))
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return "", err
+	}
+	return string(body), nil
+}
+
+// redisURL is the URL of database db on the round's redis-server.
+func redisURL(r *proc, db int) string { return fmt.Sprintf("redis://%s/%d", r.addr, db) }
