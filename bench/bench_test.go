@@ -177,7 +177,8 @@ func TestShortRedis(t *testing.T) {
 	out := runHarness(t, "-short", "-redis", "auto", "-only", "^("+phase1000+"|"+phaseSat+")$", "-anthropic=false", "-nginx", "off",
 		"-duration", "1s", "-json", results)
 	for _, want := range []string{"| " + redisOne + " p50 |", "| " + redisTwo + " p50 |", "| " + redisTwoAlt + " p50 |", "Targets on Redis (Redis server",
-		"each run's calls go to one process", "consecutive steps of a run alternate", "not the gain of a second machine"} {
+		"each run's calls go to one process", "consecutive steps of a run alternate", "not the gain of a second machine",
+		"redis-server for " + redisTwoAlt + ", 1,000 req/s, 2 KB: ", "redis-server for " + redisOne + ", saturation: "} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q\n%s", want, out)
 		}
@@ -219,6 +220,11 @@ func TestShortRedis(t *testing.T) {
 		onRedis := name != "haltline"
 		if onRedis != (p.RedisCPUus+res.Saturation.RedisCPUus > 0) {
 			t.Errorf("%s: redis-server's CPU %.1f µs/req at 1,000 req/s, %.1f at saturation", name, p.RedisCPUus, res.Saturation.RedisCPUus)
+		}
+		// What redis-server did for the target, by command: at least the
+		// calls of the ledger's scripts.
+		if onRedis != (p.RedisCmds["evalsha"].Calls+p.RedisCmds["eval"].Calls > 0) || onRedis != (len(res.Saturation.RedisCmds) > 0) {
+			t.Errorf("%s: redis-server's commands per request %v at 1,000 req/s, %v at saturation", name, p.RedisCmds, res.Saturation.RedisCmds)
 		}
 		if onRedis && res.StoredRuns != nil {
 			t.Errorf("%s: %d runs in an embedded store", name, *res.StoredRuns)

@@ -111,6 +111,9 @@ type phaseResult struct {
 	// RedisCPUus is the target's redis-server's CPU per request over the
 	// target's turns (-redis targets).
 	RedisCPUus float64 `json:"redis_cpu_us_per_req,omitempty"`
+	// RedisCmds is what each command cost redis-server per request over
+	// the target's turns (INFO commandstats).
+	RedisCmds map[string]redisCmd `json:"redis_commands,omitempty"`
 	// The gateway's own time per call as it reports it (its overhead
 	// header: the call's time inside the gateway less the upstream wait),
 	// beside the black-box latency; gateways only.
@@ -197,6 +200,7 @@ type phaseAcc struct {
 	elapsed     time.Duration
 	mockCPU     time.Duration // the mock's CPU in the target's turns (others share the mock)
 	redisCPU    time.Duration // as the mock's, the target's redis-server's
+	redisCmds   redisCounts
 	maxStep     int
 	replicaReqs []int
 	// The proxy's counters at its first turn's start and its last turn's
@@ -241,6 +245,10 @@ func (a *phaseAcc) attack(ctx context.Context, c *http.Client, t *target, w *wor
 	}
 	a.lat = slices.Grow(a.lat, max(rate, 1000)*int(dur/time.Second+1))
 	probe := startTurn(ctx, c, t)
+	var cmds0 redisCounts
+	if t.redis != nil {
+		cmds0 = readRedisCounts(t.redis)
+	}
 	cpu0 := snapCPU(t)
 	start := time.Now()
 	requests, errs := 0, 0
@@ -295,6 +303,14 @@ func (a *phaseAcc) attack(ctx context.Context, c *http.Client, t *target, w *wor
 	}
 	a.elapsed += time.Since(start)
 	cpu1 := snapCPU(t)
+	if cmds0 != nil {
+		if cmds1 := readRedisCounts(t.redis); cmds1 != nil {
+			if a.redisCmds == nil {
+				a.redisCmds = redisCounts{}
+			}
+			a.redisCmds.add(cmds0, cmds1)
+		}
+	}
 	a.peakKB = max(a.peakKB, probe.end(ctx, &a.gc))
 	a.requests += requests
 	a.errors += errs
@@ -330,6 +346,7 @@ func (a *phaseAcc) result(t *target) phaseResult {
 		}
 		if t.redis != nil {
 			r.RedisCPUus = float64(a.redisCPU.Microseconds()) / n
+			r.RedisCmds = a.redisCmds.perRequest(a.requests)
 		}
 	}
 	r.MaxRunStep, r.ReplicaRequests = a.maxStep, a.replicaReqs
@@ -371,13 +388,14 @@ type satLevel struct {
 // its best concurrency held (Held): the figures are the held ones when it
 // was, else the search's best level's.
 type saturation struct {
-	Levels        []satLevel `json:"levels"`
-	PeakRPS       float64    `json:"peak_rps"`
-	PeakConc      int        `json:"peak_concurrency"`
-	ProxyCPUus    float64    `json:"proxy_cpu_us_per_req"`
-	ProxySwitches float64    `json:"proxy_switches_per_req,omitempty"`
-	MockCPUus     float64    `json:"mock_cpu_us_per_req"`
-	RedisCPUus    float64    `json:"redis_cpu_us_per_req,omitempty"`
+	Levels        []satLevel          `json:"levels"`
+	PeakRPS       float64             `json:"peak_rps"`
+	PeakConc      int                 `json:"peak_concurrency"`
+	ProxyCPUus    float64             `json:"proxy_cpu_us_per_req"`
+	ProxySwitches float64             `json:"proxy_switches_per_req,omitempty"`
+	MockCPUus     float64             `json:"mock_cpu_us_per_req"`
+	RedisCPUus    float64             `json:"redis_cpu_us_per_req,omitempty"`
+	RedisCmds     map[string]redisCmd `json:"redis_commands,omitempty"`
 	// Held is PeakConc held for -sat-hold; SearchRPS and SearchCPUus are
 	// the search's best level (the figures above with -sat-hold 0).
 	Held        *satLevel `json:"held,omitempty"`
@@ -463,7 +481,7 @@ func (s *saturation) count(r phaseResult) {
 // take makes r's figures the saturation's.
 func (s *saturation) take(r phaseResult) {
 	s.PeakRPS = r.Throughput
-	s.ProxyCPUus, s.MockCPUus, s.ProxySwitches, s.RedisCPUus = r.ProxyCPUus, r.MockCPUus, r.ProxySwitches, r.RedisCPUus
+	s.ProxyCPUus, s.MockCPUus, s.ProxySwitches, s.RedisCPUus, s.RedisCmds = r.ProxyCPUus, r.MockCPUus, r.ProxySwitches, r.RedisCPUus, r.RedisCmds
 }
 
 // streamResult is the streamed-answer phase: one call at a time, so time to

@@ -2,14 +2,17 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -134,7 +137,7 @@ func waitRedis(ctx context.Context, s *proc) error {
 		if done, err := s.exited(); done {
 			return fmt.Errorf("exited at start (%v): %s", err, s.tail(10))
 		}
-		info, err := redisInfo(s.addr)
+		info, err := redisInfo(s.addr, "server")
 		if err == nil {
 			if !strings.Contains(info, ours) {
 				return fmt.Errorf("another redis-server answers on %s", s.addr)
@@ -150,15 +153,15 @@ func waitRedis(ctx context.Context, s *proc) error {
 	return errors.New("not answering after 15 s")
 }
 
-// redisInfo sends INFO server as an inline command and returns the reply.
-func redisInfo(addr string) (string, error) {
+// redisInfo sends INFO section as an inline command and returns the reply.
+func redisInfo(addr, section string) (string, error) {
 	c, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
 		return "", err
 	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
-	if _, err := c.Write([]byte("INFO server\r\n")); err != nil {
+	if _, err := c.Write([]byte("INFO " + section + "\r\n")); err != nil {
 		return "", err
 	}
 	r := bufio.NewReader(c)
@@ -180,3 +183,87 @@ func redisInfo(addr string) (string, error) {
 
 // redisURL is the URL of database db on the round's redis-server.
 func redisURL(r *proc, db int) string { return fmt.Sprintf("redis://%s/%d", r.addr, db) }
+
+// redisCmd is what a command cost redis-server over a phase, per request
+// the target was sent.
+type redisCmd struct {
+	Calls float64 `json:"calls_per_req"`
+	Us    float64 `json:"us_per_req"` // the server's own time in the command
+}
+
+// redisCounts are redis-server's cumulative calls and microseconds by
+// command (INFO commandstats), nil when they cannot be read.
+type redisCounts map[string][2]int64
+
+func readRedisCounts(r *proc) redisCounts {
+	info, err := redisInfo(r.addr, "commandstats")
+	if err != nil {
+		return nil
+	}
+	return parseCommandStats(info)
+}
+
+// parseCommandStats reads lines such as
+// cmdstat_get:calls=4196,usec=3902,usec_per_call=0.93,….
+func parseCommandStats(info string) redisCounts {
+	out := redisCounts{}
+	for line := range strings.SplitSeq(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		cmd, ok2 := strings.CutPrefix(name, "cmdstat_")
+		if !ok || !ok2 {
+			continue
+		}
+		var v [2]int64
+		for kv := range strings.SplitSeq(rest, ",") {
+			k, n, _ := strings.Cut(kv, "=")
+			switch k {
+			case "calls":
+				v[0], _ = strconv.ParseInt(n, 10, 64)
+			case "usec":
+				v[1], _ = strconv.ParseInt(n, 10, 64)
+			}
+		}
+		out[cmd] = v
+	}
+	return out
+}
+
+// add adds what happened between two readings to c.
+func (c redisCounts) add(before, after redisCounts) {
+	for cmd, a := range after {
+		b := before[cmd]
+		d := c[cmd]
+		d[0] += a[0] - b[0]
+		d[1] += a[1] - b[1]
+		c[cmd] = d
+	}
+}
+
+// perRequest is c divided by n requests.
+func (c redisCounts) perRequest(n int) map[string]redisCmd {
+	if len(c) == 0 || n == 0 {
+		return nil
+	}
+	out := map[string]redisCmd{}
+	for cmd, v := range c {
+		if v[0] > 0 {
+			out[cmd] = redisCmd{Calls: float64(v[0]) / float64(n), Us: float64(v[1]) / float64(n)}
+		}
+	}
+	return out
+}
+
+// redisCmdNote lists the commands that took most of redis-server's time,
+// per request, with the calls of all of them.
+func redisCmdNote(cmds map[string]redisCmd, most int) string {
+	names := slices.SortedFunc(maps.Keys(cmds), func(a, b string) int { return cmp.Compare(cmds[b].Us, cmds[a].Us) })
+	var calls float64
+	for _, c := range cmds {
+		calls += c.Calls
+	}
+	var parts []string
+	for _, n := range names[:min(most, len(names))] {
+		parts = append(parts, fmt.Sprintf("%s %.2f calls %.1f µs", n, cmds[n].Calls, cmds[n].Us))
+	}
+	return fmt.Sprintf("%.1f commands a request; most time: %s", calls, strings.Join(parts, ", "))
+}

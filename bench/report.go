@@ -77,13 +77,17 @@ type summary struct {
 	// Targets on Redis: redis-server's CPU per request over the target's
 	// turns, and the target's p50 over the embedded store's (haltline's)
 	// in the same round.
-	Redis1000us       float64        `json:"redis_cpu_us_per_req_1000rps,omitempty"`
-	SatRedisCPUus     float64        `json:"redis_cpu_us_per_req_saturation,omitempty"`
-	OverEmbeddedP50us float64        `json:"p50_over_embedded_us_1000rps,omitempty"`
-	Requests          int            `json:"requests"`
-	Errors            int            `json:"errors"`
-	Unforwarded       int64          `json:"unforwarded"`
-	RunStates         map[string]int `json:"run_states,omitempty"`
+	Redis1000us       float64 `json:"redis_cpu_us_per_req_1000rps,omitempty"`
+	SatRedisCPUus     float64 `json:"redis_cpu_us_per_req_saturation,omitempty"`
+	OverEmbeddedP50us float64 `json:"p50_over_embedded_us_1000rps,omitempty"`
+	// What each command cost redis-server per request, over the target's
+	// turns at 1,000 req/s and over its saturation hold.
+	RedisCmds1000 map[string]redisCmd `json:"redis_commands_1000rps,omitempty"`
+	SatRedisCmds  map[string]redisCmd `json:"redis_commands_saturation,omitempty"`
+	Requests      int                 `json:"requests"`
+	Errors        int                 `json:"errors"`
+	Unforwarded   int64               `json:"unforwarded"`
+	RunStates     map[string]int      `json:"run_states,omitempty"`
 	// Runs is the distinct X-Run-Id of the fixed-rate answers, RunRequests
 	// the requests of the phases that counted them (gateways only).
 	Runs        int `json:"runs,omitempty"`
@@ -281,6 +285,8 @@ func (r *report) summarise() {
 		if r.variants[name].redisDB > 0 {
 			s.Redis1000us = med(func(rd *round) float64 { return ph(rd, name, phase1000).RedisCPUus })
 			s.SatRedisCPUus = med(func(rd *round) float64 { return rd.Targets[name].Saturation.RedisCPUus })
+			s.RedisCmds1000 = medianCmds(rounds, func(rd *round) map[string]redisCmd { return ph(rd, name, phase1000).RedisCmds })
+			s.SatRedisCmds = medianCmds(rounds, func(rd *round) map[string]redisCmd { return rd.Targets[name].Saturation.RedisCmds })
 			if slices.Contains(r.gateways, "haltline") {
 				s.OverEmbeddedP50us = med(func(rd *round) float64 { return ph(rd, name, phase1000).P50us - ph(rd, "haltline", phase1000).P50us })
 			}
@@ -678,6 +684,7 @@ func (r *report) markdown(w io.Writer) {
 		fmt.Fprintf(w, " %s | %s |\n", rw.target, met)
 	}
 	fmt.Fprintln(w)
+	r.redisCommands(w)
 	if s := r.Summary["haltline"]; s != nil && len(s.RunStates) > 0 {
 		var parts []string
 		for _, k := range slices.Sorted(maps.Keys(s.RunStates)) {
@@ -692,6 +699,50 @@ func (r *report) markdown(w io.Writer) {
 		}
 		fmt.Fprintf(w, "Haltline's fixed-rate answers named %d runs for %d requests: %.2f steps a run (the workload's runs have %d; the runs cut short at each phase's end count too), %s.\n",
 			s.Runs, s.RunRequests, float64(s.RunRequests)/float64(s.Runs), r.Meta.Steps, ids)
+	}
+}
+
+// medianCmds is each command's median cost over the rounds (a round in
+// which it did not run left out), nil when no round measured one.
+func medianCmds(rounds []*round, of func(rd *round) map[string]redisCmd) map[string]redisCmd {
+	names := map[string]bool{}
+	for _, rd := range rounds {
+		for n := range of(rd) {
+			names[n] = true
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	out := map[string]redisCmd{}
+	for n := range names {
+		var calls, us []float64
+		for _, rd := range rounds {
+			if c, ok := of(rd)[n]; ok {
+				calls, us = append(calls, c.Calls), append(us, c.Us)
+			}
+		}
+		out[n] = redisCmd{Calls: round2(median(calls)), Us: round2(median(us))}
+	}
+	return out
+}
+
+// redisCommands writes, for each target on Redis, what redis-server spent
+// per request and on which commands.
+func (r *report) redisCommands(w io.Writer) {
+	for _, g := range r.gateways {
+		s := r.Summary[g]
+		if r.variants[g].redisDB == 0 || s == nil {
+			continue
+		}
+		for _, x := range []struct {
+			phase, label string
+			cmds         map[string]redisCmd
+		}{{phase1000, phaseLabel(phase1000), s.RedisCmds1000}, {phaseSat, "saturation", s.SatRedisCmds}} {
+			if r.opts.runs(x.phase) && len(x.cmds) > 0 {
+				fmt.Fprintf(w, "redis-server for %s, %s: %s.\n", g, x.label, redisCmdNote(x.cmds, 5))
+			}
+		}
 	}
 }
 
