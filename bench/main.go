@@ -9,7 +9,10 @@
 //     time to first byte, one process with upstream keep-alive and unbuffered
 //     responses; a reference like the floor, never checked itself;
 //   - haltline: the real gateway binary, every default feature on (run
-//     tracking, metering, policy, loop guard), plus any -variant.
+//     tracking, metering, policy, loop guard), plus any -variant;
+//   - with -redis, the same gateway on a redis-server the harness starts:
+//     one process, and two processes sharing it, each run's calls to one
+//     of them or a run's steps alternating between them (redis.go).
 //
 // Everything it starts listens on 127.0.0.1 and stops with it; every phase
 // is bounded in time. All targets are up for a whole round and take turns
