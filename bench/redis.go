@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -98,59 +97,30 @@ func startRedis(ctx context.Context, pl *placement, dir, bin string) (*proc, err
 	if err := os.MkdirAll(data, 0o700); err != nil {
 		return nil, err
 	}
-	var lastErr error
-	// Ports are picked free then bound by redis-server: another process
-	// may take one in between, so a failed start is tried again.
-	for range 3 {
-		addr, err := freePort()
-		if err != nil {
-			return nil, err
-		}
+	return startListening(ctx, pl, func(addr string) (*proc, *os.File, error) {
 		_, port, _ := net.SplitHostPort(addr)
 		cmd := exec.Command(bin, "--port", port, "--bind", "127.0.0.1", "--dir", data,
 			"--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", "")
 		s := &proc{name: "redis-server", cmd: cmd, addr: addr, log: filepath.Join(dir, "redis-server.log"), done: make(chan struct{})}
 		logf, err := os.Create(s.log)
-		if err != nil {
-			return nil, err
-		}
-		if err := s.launch(pl, logf); err != nil {
-			return nil, err
-		}
-		if lastErr = waitRedis(ctx, s); lastErr == nil {
-			return s, nil
-		}
-		s.stop()
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-	}
-	return nil, fmt.Errorf("redis-server: %w", lastErr)
+		return s, logf, err
+	}, func(s *proc) error { return waitRedis(ctx, s) })
 }
 
 // waitRedis waits until the redis-server s answers on its address, and
 // checks that it is s that answers and not another one on the port.
 func waitRedis(ctx context.Context, s *proc) error {
 	ours := "process_id:" + strconv.Itoa(s.pid())
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
-		if done, err := s.exited(); done {
-			return fmt.Errorf("exited at start (%v): %s", err, s.tail(10))
-		}
+	return waitUntil(ctx, s, 15*time.Second, 20*time.Millisecond, func() (bool, error) {
 		info, err := redisInfo(s.addr, "server")
-		if err == nil {
-			if !strings.Contains(info, ours) {
-				return fmt.Errorf("another redis-server answers on %s", s.addr)
-			}
-			return nil
+		switch {
+		case err != nil:
+			return false, nil
+		case !strings.Contains(info, ours):
+			return false, fmt.Errorf("another redis-server answers on %s", s.addr)
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	return errors.New("not answering after 15 s")
+		return true, nil
+	})
 }
 
 // redisInfo sends INFO section as an inline command and returns the reply.
