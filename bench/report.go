@@ -272,14 +272,15 @@ func (r *report) summarise() {
 			s.Switches1000 = med(func(rd *round) float64 { return ph(rd, name, phase1000).ProxySwitches })
 			s.PeakRSSKB = med(func(rd *round) float64 { return float64(rd.Targets[name].PeakRSSKB) })
 			for k := range r.variants[name].replicas {
-				if r.variants[name].replicas > 1 {
-					s.ReplicaPeakRSSKB = append(s.ReplicaPeakRSSKB, med(func(rd *round) float64 {
-						if rss := rd.Targets[name].ReplicaPeakRSSKB; k < len(rss) {
-							return float64(rss[k])
-						}
-						return math.NaN()
-					}))
+				if r.variants[name].replicas < 2 {
+					break
 				}
+				s.ReplicaPeakRSSKB = append(s.ReplicaPeakRSSKB, med(func(rd *round) float64 {
+					if rss := rd.Targets[name].ReplicaPeakRSSKB; k < len(rss) {
+						return float64(rss[k])
+					}
+					return math.NaN()
+				}))
 			}
 		}
 		if r.variants[name].redisDB > 0 {
