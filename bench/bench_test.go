@@ -161,6 +161,108 @@ func TestShortDecompose(t *testing.T) {
 	}
 }
 
+// TestShortRedis runs the -redis targets beside the gateway on its
+// embedded store: one gateway on a redis-server the harness starts, and
+// two on the same one, their load spread by run and by alternating steps.
+// Every request is answered, each process of the two gets its share, and
+// the steps a run's answers count reach the workload's when consecutive
+// steps alternate between the two: had the two not shared the run through
+// Redis, each would count only its own half of them.
+func TestShortRedis(t *testing.T) {
+	if _, err := findRedis("auto"); err != nil {
+		t.Fatalf("the Redis targets need redis-server (Debian package redis-server; .ci/run installs it): %v", err)
+	}
+	results := filepath.Join(t.TempDir(), "results.json")
+	// 1,000 requests over 128 slots: every run reaches its 4th step.
+	out := runHarness(t, "-short", "-redis", "auto", "-only", "^("+phase1000+"|"+phaseSat+")$", "-anthropic=false", "-nginx", "off",
+		"-duration", "1s", "-json", results)
+	for _, want := range []string{"| " + redisOne + " p50 |", "| " + redisTwo + " p50 |", "| " + redisTwoAlt + " p50 |", "Targets on Redis (Redis server",
+		"each run's calls go to one process", "consecutive steps of a run alternate", "not the gain of a second machine",
+		"redis-server for " + redisTwoAlt + ", 1,000 req/s, 2 KB: ", "redis-server for " + redisOne + ", saturation: "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q\n%s", want, out)
+		}
+	}
+	// Redis's own CPU, for the Redis targets only; their p50 over the
+	// embedded store's, with a verdict for each.
+	for _, row := range []string{"CPU per request at 1,000 req/s, redis-server", "CPU per request at saturation, redis-server"} {
+		if !regexp.MustCompile(`(?m)^\| ` + row + ` \|( — \|){3}( [\d.]+ \|){3}`).MatchString(out) {
+			t.Errorf("report lacks the row %s with figures for the Redis targets alone\n%s", row, out)
+		}
+	}
+	if !regexp.MustCompile(`(?m)^\| p50 over the embedded store's \(haltline's\), 1,000 req/s, 2 KB \|( — \|){3}( -?[\d.]+ \|){3} ≤ 300 µs \(on Redis\) \| ` + redisOne + `: .*; ` + redisTwo + `: .*; ` + redisTwoAlt + `: .* \|$`).MatchString(out) {
+		t.Errorf("report lacks the Redis targets' p50 over the embedded store's\n%s", out)
+	}
+	// Peak RSS per process: two figures for the targets of two.
+	if !regexp.MustCompile(`(?m)^\| peak RSS \(VmHWM\), MiB \|( — \|)( [\d.]+ \|){3}( [\d.]+ / [\d.]+ \|){2}`).MatchString(out) {
+		t.Errorf("report lacks each process's peak RSS\n%s", out)
+	}
+	if !regexp.MustCompile(`(?m)^\| requests / errors / not forwarded (\| [1-9]\d* / 0 / 0 ){6}\| 0 errors \|`).MatchString(out) {
+		t.Errorf("report lacks the six targets' requests, all answered\n%s", out)
+	}
+	rep := readReport(t, results)
+	rd := rep.Rounds[0]
+	if rd.RedisRSSKB == 0 {
+		t.Error("no peak RSS for redis-server")
+	}
+	for _, name := range []string{"haltline", redisOne, redisTwo, redisTwoAlt} {
+		res := rd.Targets[name]
+		if res == nil {
+			t.Fatalf("targets %v: no %s", rd.TargetOrder, name)
+		}
+		p := res.Phases[phase1000]
+		if p.Requests == 0 || p.Errors != 0 || res.Saturation.Requests == 0 || res.Saturation.Errors != 0 {
+			t.Errorf("%s: %d requests, %d errors; saturation %d, %d", name, p.Requests, p.Errors, res.Saturation.Requests, res.Saturation.Errors)
+		}
+		if p.MaxRunStep != 4 {
+			t.Errorf("%s: the answers' highest X-Run-Step is %d, want the workload's 4", name, p.MaxRunStep)
+		}
+		onRedis := name != "haltline"
+		if onRedis != (p.RedisCPUus+res.Saturation.RedisCPUus > 0) {
+			t.Errorf("%s: redis-server's CPU %.1f µs/req at 1,000 req/s, %.1f at saturation", name, p.RedisCPUus, res.Saturation.RedisCPUus)
+		}
+		// What redis-server did for the target, by command: at least the
+		// calls of the ledger's scripts.
+		if onRedis != (p.RedisCmds["evalsha"].Calls+p.RedisCmds["eval"].Calls > 0) || onRedis != (len(res.Saturation.RedisCmds) > 0) {
+			t.Errorf("%s: redis-server's commands per request %v at 1,000 req/s, %v at saturation", name, p.RedisCmds, res.Saturation.RedisCmds)
+		}
+		if onRedis && res.StoredRuns != nil {
+			t.Errorf("%s: %d runs in an embedded store", name, *res.StoredRuns)
+		}
+		two := name == redisTwo || name == redisTwoAlt
+		if two != (len(res.ReplicaPeakRSSKB) == 2) {
+			t.Errorf("%s: peak RSS by process %v", name, res.ReplicaPeakRSSKB)
+		}
+		if !two {
+			continue
+		}
+		if len(p.ReplicaRequests) != 2 || p.ReplicaRequests[0] == 0 || p.ReplicaRequests[1] == 0 {
+			t.Errorf("%s: requests by process %v, want both served", name, p.ReplicaRequests)
+		}
+	}
+}
+
+// Requests of a target of two processes: by run, every step of a run to
+// the same one and the runs shared out; by step, consecutive steps to
+// different ones.
+func TestReplicaOf(t *testing.T) {
+	w := &workload{steps: 4, slots: 3}
+	byRunT := &target{urls: []string{"a", "b"}, spread: byRun}
+	byStepT := &target{urls: []string{"a", "b"}, spread: byStep}
+	for i := range uint64(24) {
+		slot, step := w.position(i)
+		if got := byRunT.replicaOf(w, i); got != int(slot%2) {
+			t.Errorf("by run, request %d (slot %d, step %d): process %d", i, slot, step, got)
+		}
+		if i >= 3 && byStepT.replicaOf(w, i) == byStepT.replicaOf(w, i-3) && step > 0 {
+			t.Errorf("by step, request %d (slot %d, step %d): the same process as the step before", i, slot, step)
+		}
+	}
+	if got := (&target{url: "a"}).replicaOf(w, 5); got != 0 {
+		t.Errorf("one process: %d", got)
+	}
+}
+
 // contextSwitches counts every thread's switches, not only the first
 // thread's (all the process's own status counts): three threads that each
 // sleep n times add at least 3n, where at most one of them is the first.

@@ -51,18 +51,21 @@ type workload struct {
 // next returns the index, run id and body of the next request.
 func (w *workload) next() (uint64, string, []byte) {
 	i := w.n.Add(1) - 1
-	slot := i % uint64(w.slots)
-	rest := i / uint64(w.slots)
-	step := int(rest % uint64(w.steps))
-	gen := rest / uint64(w.steps)
+	slot, step := w.position(i)
+	gen := i / uint64(w.slots) / uint64(w.steps)
 	run := w.tag + "-" + strconv.FormatUint(slot, 10) + "-" + strconv.FormatUint(gen, 10)
-	if w.stream {
-		step = 0 // a streamed answer is a final one: one-step runs
-	}
 	if w.lineage && step > 0 {
 		w.waitAnswer(i - uint64(w.slots))
 	}
 	return i, run, buildBody(w.api, run, step, w.size, w.stream, w.toolOutput)
+}
+
+// position is request i's slot and its step in the slot's run.
+func (w *workload) position(i uint64) (slot uint64, step int) {
+	if w.stream {
+		return i % uint64(w.slots), 0 // a streamed answer is a final one: one-step runs
+	}
+	return i % uint64(w.slots), int(i / uint64(w.slots) % uint64(w.steps))
 }
 
 // answerWait bounds how long a step waits for the answer to its run's

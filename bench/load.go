@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	vegeta "github.com/tsenart/vegeta/v12/lib"
@@ -25,9 +26,51 @@ type target struct {
 	// gateway: a Haltline target (the first or a -variant), not a
 	// reference.
 	gateway bool
-	// peakKB is the proxy's peak RSS over the round so far, kept as each
-	// turn resets the process's own (startTurn).
-	peakKB int64
+	// replicas are the target's gateway processes after proxy, when
+	// several serve it; urls every process's base URL, proxy's first,
+	// and spread how the requests are shared out among them.
+	replicas []*proc
+	urls     []string
+	spread   spread
+	// redis is the redis-server the target's gateways keep their state
+	// in (-redis). Other targets use it too, so a turn counts its CPU as
+	// it counts the mock's: during the target's turns only.
+	redis *proc
+	// peakKB is each proxy process's peak RSS over the round so far (in
+	// procs' order), kept as each turn resets the process's own
+	// (startTurn).
+	peakKB []int64
+}
+
+// procs are the processes that serve the target: none for direct, the
+// proxy, and the other replicas of a target served by several.
+func (t *target) procs() []*proc {
+	if t.proxy == nil {
+		return nil
+	}
+	return append([]*proc{t.proxy}, t.replicas...)
+}
+
+// replicaOf is the index in t.urls of the process request i of w goes
+// to (see spread).
+func (t *target) replicaOf(w *workload, i uint64) int {
+	if len(t.urls) < 2 {
+		return 0
+	}
+	slot, step := w.position(i)
+	k := slot
+	if t.spread == byStep {
+		k += uint64(step)
+	}
+	return int(k % uint64(len(t.urls)))
+}
+
+// baseURLs are the base URLs requests are shared out among.
+func (t *target) baseURLs() []string {
+	if len(t.urls) == 0 {
+		return []string{t.url}
+	}
+	return t.urls
 }
 
 // phaseResult is one fixed-rate or closed-loop phase against one target.
@@ -58,6 +101,19 @@ type phaseResult struct {
 	// Runs is how many distinct X-Run-Id the answers carried (gateways
 	// only): requests / runs is the steps the gateway saw in a run.
 	Runs int `json:"runs,omitempty"`
+	// MaxRunStep is the highest X-Run-Step of the answers: a run's steps
+	// counted across the processes that served them, where replicas that
+	// did not share a run's state would each count their own.
+	MaxRunStep int `json:"max_run_step,omitempty"`
+	// ReplicaRequests counts the requests sent to each process of a
+	// target served by several.
+	ReplicaRequests []int `json:"replica_requests,omitempty"`
+	// RedisCPUus is the target's redis-server's CPU per request over the
+	// target's turns (-redis targets).
+	RedisCPUus float64 `json:"redis_cpu_us_per_req,omitempty"`
+	// RedisCmds is what each command cost redis-server per request over
+	// the target's turns (INFO commandstats).
+	RedisCmds map[string]redisCmd `json:"redis_commands,omitempty"`
 	// The gateway's own time per call as it reports it (its overhead
 	// header: the call's time inside the gateway less the upstream wait),
 	// beside the black-box latency; gateways only.
@@ -84,12 +140,15 @@ func loadClient() *http.Client {
 	}
 }
 
-func targeter(base string, w *workload) vegeta.Targeter {
-	url := base + w.path()
+func targeter(tg *target, w *workload) vegeta.Targeter {
+	var urls []string
+	for _, base := range tg.baseURLs() {
+		urls = append(urls, base+w.path())
+	}
 	return func(t *vegeta.Target) error {
 		i, run, body := w.next()
 		t.Method = http.MethodPost
-		t.URL = w.requestURL(url, i)
+		t.URL = w.requestURL(urls[tg.replicaOf(w, i)], i)
 		t.Body = body
 		t.Header = w.header(run)
 		return nil
@@ -97,18 +156,24 @@ func targeter(base string, w *workload) vegeta.Targeter {
 }
 
 // cpuSnap holds the CPU time of a target's processes, and the proxy's
-// context switches, at one moment.
+// context switches, at one moment; proxy sums every process that serves
+// the target.
 type cpuSnap struct {
-	mock, proxy   time.Duration
-	proxySwitches int64
+	mock, proxy, redis time.Duration
+	proxySwitches      int64
 }
 
 func snapCPU(t *target) cpuSnap {
 	var s cpuSnap
 	s.mock, _ = cpuTime(t.mock.pid())
-	if t.proxy != nil {
-		s.proxy, _ = cpuTime(t.proxy.pid())
-		s.proxySwitches, _ = contextSwitches(t.proxy.pid())
+	for _, p := range t.procs() {
+		d, _ := cpuTime(p.pid())
+		n, _ := contextSwitches(p.pid())
+		s.proxy += d
+		s.proxySwitches += n
+	}
+	if t.redis != nil {
+		s.redis, _ = cpuTime(t.redis.pid())
 	}
 	return s
 }
@@ -134,6 +199,10 @@ type phaseAcc struct {
 	unforwarded int64
 	elapsed     time.Duration
 	mockCPU     time.Duration // the mock's CPU in the target's turns (others share the mock)
+	redisCPU    time.Duration // as the mock's, the target's redis-server's
+	redisCmds   redisCounts
+	maxStep     int
+	replicaReqs []int
 	// The proxy's counters at its first turn's start and its last turn's
 	// end: its background work (the gateway's checkpoint) may run while
 	// other targets take their turns, and is its own.
@@ -149,6 +218,7 @@ type phaseAcc struct {
 // addTurn adds the counters read before and after one turn.
 func (a *phaseAcc) addTurn(before, after cpuSnap) {
 	a.mockCPU += after.mock - before.mock
+	a.redisCPU += after.redis - before.redis
 	if a.turns == 0 {
 		a.proxy0 = before
 	}
@@ -175,13 +245,28 @@ func (a *phaseAcc) attack(ctx context.Context, c *http.Client, t *target, w *wor
 	}
 	a.lat = slices.Grow(a.lat, max(rate, 1000)*int(dur/time.Second+1))
 	probe := startTurn(ctx, c, t)
+	var cmds0 redisCounts
+	if t.redis != nil {
+		cmds0 = readRedisCounts(t.redis)
+	}
 	cpu0 := snapCPU(t)
 	start := time.Now()
 	requests, errs := 0, 0
 	stop := context.AfterFunc(ctx, func() { atk.Stop() })
 	defer stop()
-	for res := range atk.Attack(targeter(t.url, w), pace, dur, t.name) {
+	bases := t.baseURLs()
+	if len(bases) > 1 && a.replicaReqs == nil {
+		a.replicaReqs = make([]int, len(bases))
+	}
+	for res := range atk.Attack(targeter(t, w), pace, dur, t.name) {
 		requests++
+		if a.replicaReqs != nil {
+			for k, b := range bases {
+				if strings.HasPrefix(res.URL, b+"/") {
+					a.replicaReqs[k]++
+				}
+			}
+		}
 		if w.lineage {
 			if i, ok := requestIndex(res.URL); ok {
 				w.answer(i)
@@ -209,12 +294,23 @@ func (a *phaseAcc) attack(ctx context.Context, c *http.Client, t *target, w *wor
 		if id := res.Headers.Get("X-Run-Id"); id != "" {
 			a.runs[id] = struct{}{}
 		}
+		if n, err := strconv.Atoi(res.Headers.Get("X-Run-Step")); err == nil {
+			a.maxStep = max(a.maxStep, n)
+		}
 		if ms, err := strconv.ParseFloat(res.Headers.Get(overheadHeader), 64); err == nil {
 			a.own = append(a.own, time.Duration(ms*float64(time.Millisecond)))
 		}
 	}
 	a.elapsed += time.Since(start)
 	cpu1 := snapCPU(t)
+	if cmds0 != nil {
+		if cmds1 := readRedisCounts(t.redis); cmds1 != nil {
+			if a.redisCmds == nil {
+				a.redisCmds = redisCounts{}
+			}
+			a.redisCmds.add(cmds0, cmds1)
+		}
+	}
 	a.peakKB = max(a.peakKB, probe.end(ctx, &a.gc))
 	a.requests += requests
 	a.errors += errs
@@ -248,7 +344,12 @@ func (a *phaseAcc) result(t *target) phaseResult {
 			r.ProxyCPUus = float64((a.proxy1.proxy - a.proxy0.proxy).Microseconds()) / n
 			r.ProxySwitches = float64(a.proxy1.proxySwitches-a.proxy0.proxySwitches) / n
 		}
+		if t.redis != nil {
+			r.RedisCPUus = float64(a.redisCPU.Microseconds()) / n
+			r.RedisCmds = a.redisCmds.perRequest(a.requests)
+		}
 	}
+	r.MaxRunStep, r.ReplicaRequests = a.maxStep, a.replicaReqs
 	if len(a.states) > 0 {
 		r.RunStates = a.states
 	}
@@ -287,12 +388,14 @@ type satLevel struct {
 // its best concurrency held (Held): the figures are the held ones when it
 // was, else the search's best level's.
 type saturation struct {
-	Levels        []satLevel `json:"levels"`
-	PeakRPS       float64    `json:"peak_rps"`
-	PeakConc      int        `json:"peak_concurrency"`
-	ProxyCPUus    float64    `json:"proxy_cpu_us_per_req"`
-	ProxySwitches float64    `json:"proxy_switches_per_req,omitempty"`
-	MockCPUus     float64    `json:"mock_cpu_us_per_req"`
+	Levels        []satLevel          `json:"levels"`
+	PeakRPS       float64             `json:"peak_rps"`
+	PeakConc      int                 `json:"peak_concurrency"`
+	ProxyCPUus    float64             `json:"proxy_cpu_us_per_req"`
+	ProxySwitches float64             `json:"proxy_switches_per_req,omitempty"`
+	MockCPUus     float64             `json:"mock_cpu_us_per_req"`
+	RedisCPUus    float64             `json:"redis_cpu_us_per_req,omitempty"`
+	RedisCmds     map[string]redisCmd `json:"redis_commands,omitempty"`
 	// Held is PeakConc held for -sat-hold; SearchRPS and SearchCPUus are
 	// the search's best level (the figures above with -sat-hold 0).
 	Held        *satLevel `json:"held,omitempty"`
@@ -378,7 +481,7 @@ func (s *saturation) count(r phaseResult) {
 // take makes r's figures the saturation's.
 func (s *saturation) take(r phaseResult) {
 	s.PeakRPS = r.Throughput
-	s.ProxyCPUus, s.MockCPUus, s.ProxySwitches = r.ProxyCPUus, r.MockCPUus, r.ProxySwitches
+	s.ProxyCPUus, s.MockCPUus, s.ProxySwitches, s.RedisCPUus, s.RedisCmds = r.ProxyCPUus, r.MockCPUus, r.ProxySwitches, r.RedisCPUus, r.RedisCmds
 }
 
 // streamResult is the streamed-answer phase: one call at a time, so time to
@@ -430,7 +533,7 @@ func (a *streamAcc) streams(ctx context.Context, c *http.Client, t *target, w *w
 			return err
 		}
 		a.requests++
-		first, all, err := oneStream(ctx, c, t.url, w, buf, end)
+		first, all, err := oneStream(ctx, c, t, w, buf, end)
 		if err != nil {
 			a.errors++
 			if len(a.errSample) < 5 {
@@ -453,9 +556,9 @@ func (a *streamAcc) result() streamResult {
 	return r
 }
 
-func oneStream(ctx context.Context, c *http.Client, base string, w *workload, buf, end []byte) (first, all time.Duration, err error) {
-	_, run, body := w.next() // one-step runs: nothing to wait for
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+w.path(), bytes.NewReader(body))
+func oneStream(ctx context.Context, c *http.Client, t *target, w *workload, buf, end []byte) (first, all time.Duration, err error) {
+	i, run, body := w.next() // one-step runs: nothing to wait for
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.baseURLs()[t.replicaOf(w, i)]+w.path(), bytes.NewReader(body))
 	if err != nil {
 		return 0, 0, err
 	}

@@ -9,7 +9,10 @@
 //     time to first byte, one process with upstream keep-alive and unbuffered
 //     responses; a reference like the floor, never checked itself;
 //   - haltline: the real gateway binary, every default feature on (run
-//     tracking, metering, policy, loop guard), plus any -variant.
+//     tracking, metering, policy, loop guard), plus any -variant;
+//   - with -redis, the same gateway on a redis-server the harness starts:
+//     one process, and two processes sharing it, each run's calls to one
+//     of them or a run's steps alternating between them (redis.go).
 //
 // Everything it starts listens on 127.0.0.1 and stops with it; every phase
 // is bounded in time. All targets are up for a whole round and take turns
@@ -100,6 +103,7 @@ type options struct {
 	lineage     bool
 	gatewayBin  string
 	nginx       string
+	redis       string // -redis: redis-server for the Redis targets, "" off
 	gatewayArgs string
 	variants    variantFlag
 	decompose   bool
@@ -133,6 +137,12 @@ type variantFlag []variant
 type variant struct {
 	name, bin, args string
 	env             []string
+	// redisDB > 0: on the round's redis-server (-redis), this database.
+	redisDB int
+	// replicas is how many gateway processes serve the target (0: one),
+	// the load shared out among them as spread says.
+	replicas int
+	spread   spread
 }
 
 func (v *variantFlag) String() string {
@@ -178,6 +188,7 @@ func parseOptions(args []string) (options, error) {
 	fs.BoolVar(&o.lineage, "lineage", false, "send no X-Run-Id: the gateway finds each step's run by lineage (the tool calls it echoes) and names new runs itself, as for an agent left unchanged")
 	fs.StringVar(&o.gatewayBin, "gateway-bin", "", "gateway binary (default: go build ./cmd/gateway into a temporary directory)")
 	fs.StringVar(&o.nginx, "nginx", "auto", "nginx binary measured as a reference proxy in the same rounds (\"auto\": nginx in PATH, else "+nginxFallback+", skipped when neither exists; \"\" or \"off\": not measured)")
+	fs.StringVar(&o.redis, "redis", "off", "redis-server for the targets on a Redis store started for each round: "+redisOne+" (one gateway), "+redisTwo+" (two gateways on the same Redis, each run's calls to one of them) and "+redisTwoAlt+" (the two, consecutive steps of a run alternating between them) (\"auto\": redis-server in PATH, else "+redisDefault+"; \"off\": none)")
 	fs.StringVar(&o.gatewayArgs, "gateway-args", "", "extra arguments for `gateway serve` of the haltline target, space separated (e.g. \"--redis-url redis://127.0.0.1:6379\")")
 	fs.BoolVar(&o.decompose, "decompose", false, "also measure the gateway in parts, two targets built from its sources with the harness's additions (go build -overlay): \"relay\" (the fasthttp server and client alone, no pipeline) and \"nostore\" (every call governed, its store writes dropped), beside the gateway whole")
 	fs.Var(&o.variants, "variant", "extra Haltline target name[@BINARY]=ARGS measured in the same run (repeatable), e.g. 'redis=--redis-url redis://127.0.0.1:6379', or another build: 'new@/tmp/gateway-new='")
@@ -232,7 +243,7 @@ func parseOptions(args []string) (options, error) {
 	}
 	for _, v := range o.variants {
 		// Targets are keyed by name in the results.
-		if slices.Contains([]string{"direct", "floor", "nginx", "haltline", decomposeRelay, decomposeNoStore}, v.name) {
+		if slices.Contains([]string{"direct", "floor", "nginx", "haltline", decomposeRelay, decomposeNoStore, redisOne, redisTwo, redisTwoAlt}, v.name) {
 			return o, fmt.Errorf("-variant %s: the name is taken by a built-in target", v.name)
 		}
 	}

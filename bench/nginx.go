@@ -155,17 +155,10 @@ func nginxConfig(n *nginxInfo, dir, listen, upstream string) (string, error) {
 // waits until it accepts connections.
 func startNginx(ctx context.Context, pl *placement, dir string, n *nginxInfo, mockAddr string) (*proc, error) {
 	logPath := filepath.Join(dir, "nginx.log")
-	var s *proc
-	var lastErr error
-	// As for the gateway: the free port may be taken before nginx binds it.
-	for attempt := 0; attempt < 3; attempt++ {
-		listen, err := freePort()
-		if err != nil {
-			return nil, err
-		}
+	return startListening(ctx, pl, func(listen string) (*proc, *os.File, error) {
 		conf, err := nginxConfig(n, dir, listen, mockAddr)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		args := []string{"-p", dir + "/", "-c", conf}
 		// Without -e (1.19.5), nginx first opens its built-in error log,
@@ -174,45 +167,24 @@ func startNginx(ctx context.Context, pl *placement, dir string, n *nginxInfo, mo
 			args = append(args, "-e", logPath)
 		}
 		cmd := exec.Command(n.path, args...)
-		s = &proc{name: "nginx", cmd: cmd, addr: listen, log: logPath, done: make(chan struct{})}
+		s := &proc{name: "nginx", cmd: cmd, addr: listen, log: logPath, done: make(chan struct{})}
 		// nginx appends its error log to the same file: both must append.
 		logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-		if err != nil {
-			return nil, err
-		}
-		if err := s.launch(pl, logf); err != nil {
-			return nil, err
-		}
-		if lastErr = waitAccept(ctx, s); lastErr == nil {
-			return s, nil
-		}
-		s.stop()
-		if ctx.Err() != nil {
-			break
-		}
-	}
-	return nil, fmt.Errorf("nginx: %w\n%s", lastErr, s.tail(30))
+		return s, logf, err
+	}, func(s *proc) error { return waitAccept(ctx, s) })
 }
 
 // waitAccept waits until the process accepts TCP connections on its address.
 // nginx retries a busy port for 2.5 s before it gives up, hence the bound.
 func waitAccept(ctx context.Context, s *proc) error {
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if done, err := s.exited(); done {
-			return fmt.Errorf("exited at start: %v", err)
+	return waitUntil(ctx, s, 10*time.Second, 20*time.Millisecond, func() (bool, error) {
+		c, err := net.DialTimeout("tcp", s.addr, time.Second)
+		if err != nil {
+			return false, nil
 		}
-		if c, err := net.DialTimeout("tcp", s.addr, time.Second); err == nil {
-			c.Close()
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	return errors.New("not accepting connections after 10 s")
+		c.Close()
+		return true, nil
+	})
 }
 
 // nginxErrorLines counts the error-level lines of an nginx error log.

@@ -253,18 +253,10 @@ func freePort() (string, error) {
 // startGateway starts `gateway serve` against the mock and waits until its
 // control plane reports ready.
 func startGateway(ctx context.Context, pl *placement, dir, name, bin, mockURL string, extra, env []string) (*proc, error) {
-	var s *proc
-	var lastErr error
-	// Ports are picked free then bound by the gateway: another process may
-	// take one in between, so a failed start is tried again.
-	for attempt := 0; attempt < 3; attempt++ {
-		listen, err := freePort()
-		if err != nil {
-			return nil, err
-		}
+	return startListening(ctx, pl, func(listen string) (*proc, *os.File, error) {
 		admin, err := freePort()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		data := filepath.Join(dir, name+"-data")
 		args := []string{"serve", "--listen", listen, "--admin-listen", admin,
@@ -274,45 +266,74 @@ func startGateway(ctx context.Context, pl *placement, dir, name, bin, mockURL st
 		// Provider keys in the harness's environment must not turn the
 		// gateway into the virtual-key mode: the agent's key passes through.
 		cmd.Env = append(filterEnv(os.Environ(), "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL"), env...)
-		s = &proc{name: name, cmd: cmd, addr: listen, admin: admin, data: data, log: filepath.Join(dir, name+".log"), done: make(chan struct{})}
+		s := &proc{name: name, cmd: cmd, addr: listen, admin: admin, data: data, log: filepath.Join(dir, name+".log"), done: make(chan struct{})}
 		logf, err := os.Create(s.log)
+		return s, logf, err
+	}, func(s *proc) error { return waitReady(ctx, s, "http://"+s.admin+"/readyz") })
+}
+
+// startListening starts a server on a free loopback port: start makes
+// its process, not yet launched, for that address, with the file for its
+// output; ready waits until it serves. The port is picked free then bound
+// by the server, and another process may take it in between, so a failed
+// start is tried again.
+func startListening(ctx context.Context, pl *placement, start func(addr string) (*proc, *os.File, error), ready func(*proc) error) (*proc, error) {
+	var s *proc
+	var lastErr error
+	for range 3 {
+		addr, err := freePort()
 		if err != nil {
 			return nil, err
 		}
-		if err := s.launch(pl, logf); err != nil {
+		p, logf, err := start(addr)
+		if err != nil {
 			return nil, err
 		}
-		if lastErr = waitReady(ctx, s, "http://"+admin+"/readyz"); lastErr == nil {
-			return s, nil
+		if err := p.launch(pl, logf); err != nil {
+			return nil, err
 		}
-		s.stop()
+		s = p
+		if lastErr = ready(p); lastErr == nil {
+			return p, nil
+		}
+		p.stop()
 		if ctx.Err() != nil {
-			break
+			return nil, ctx.Err()
 		}
 	}
-	return nil, fmt.Errorf("%s: %w\n%s", name, lastErr, s.tail(30))
+	return nil, fmt.Errorf("%s: %w\n%s", s.name, lastErr, s.tail(30))
 }
 
-func waitReady(ctx context.Context, s *proc, url string) error {
-	deadline := time.Now().Add(30 * time.Second)
-	c := &http.Client{Timeout: time.Second}
+// waitUntil waits, polling ready every tick, until it reports the process
+// s ready, or s exits, or bound passes.
+func waitUntil(ctx context.Context, s *proc, bound, tick time.Duration, ready func() (bool, error)) error {
+	deadline := time.Now().Add(bound)
 	for time.Now().Before(deadline) {
 		if done, err := s.exited(); done {
 			return fmt.Errorf("exited at start: %v", err)
 		}
-		if resp, err := c.Get(url); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
+		if ok, err := ready(); ok || err != nil {
+			return err
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
+		case <-time.After(tick):
 		}
 	}
-	return errors.New("not ready after 30 s")
+	return fmt.Errorf("not ready after %v", bound)
+}
+
+func waitReady(ctx context.Context, s *proc, url string) error {
+	c := &http.Client{Timeout: time.Second}
+	return waitUntil(ctx, s, 30*time.Second, 50*time.Millisecond, func() (bool, error) {
+		resp, err := c.Get(url)
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
 }
 
 func filterEnv(env []string, drop ...string) []string {

@@ -35,6 +35,7 @@ type meta struct {
 	Seconds   float64 `json:"seconds"`
 	Note      string  `json:"note"`
 	Nginx     string  `json:"nginx"`                 // the reference binary, or why it was not measured
+	Redis     string  `json:"redis,omitempty"`       // -redis: the redis-server of the Redis targets
 	Only      string  `json:"only_phases,omitempty"` // -only: the other phases did not run
 }
 
@@ -70,10 +71,23 @@ type summary struct {
 	StreamTotalUs map[string]float64 `json:"stream_total_p50_us"`
 	AddedTotalUs  map[string]float64 `json:"stream_added_total_p50_us,omitempty"`
 	PeakRSSKB     float64            `json:"peak_rss_kb,omitempty"`
-	Requests      int                `json:"requests"`
-	Errors        int                `json:"errors"`
-	Unforwarded   int64              `json:"unforwarded"`
-	RunStates     map[string]int     `json:"run_states,omitempty"`
+	// ReplicaPeakRSSKB is each process's peak RSS, of a target served by
+	// several; PeakRSSKB is then the highest.
+	ReplicaPeakRSSKB []float64 `json:"replica_peak_rss_kb,omitempty"`
+	// Targets on Redis: redis-server's CPU per request over the target's
+	// turns, and the target's p50 over the embedded store's (haltline's)
+	// in the same round.
+	Redis1000us       float64 `json:"redis_cpu_us_per_req_1000rps,omitempty"`
+	SatRedisCPUus     float64 `json:"redis_cpu_us_per_req_saturation,omitempty"`
+	OverEmbeddedP50us float64 `json:"p50_over_embedded_us_1000rps,omitempty"`
+	// What each command cost redis-server per request, over the target's
+	// turns at 1,000 req/s and over its saturation hold.
+	RedisCmds1000 map[string]redisCmd `json:"redis_commands_1000rps,omitempty"`
+	SatRedisCmds  map[string]redisCmd `json:"redis_commands_saturation,omitempty"`
+	Requests      int                 `json:"requests"`
+	Errors        int                 `json:"errors"`
+	Unforwarded   int64               `json:"unforwarded"`
+	RunStates     map[string]int      `json:"run_states,omitempty"`
 	// Runs is the distinct X-Run-Id of the fixed-rate answers, RunRequests
 	// the requests of the phases that counted them (gateways only).
 	Runs        int `json:"runs,omitempty"`
@@ -96,13 +110,16 @@ type report struct {
 	Rounds  []*round            `json:"rounds"`
 	// Machine is the rounds' median share of the CPUs the harness did not
 	// have (see machineShare).
-	Machine  *machineShare `json:"machine,omitempty"`
-	targets  []string
-	gateways []string
-	nginx    bool // nginx is among the targets
-	apis     []string
-	phases   []string
-	opts     options
+	Machine *machineShare `json:"machine,omitempty"`
+	// RedisRSSKB is the rounds' median peak RSS of redis-server (-redis).
+	RedisRSSKB float64 `json:"redis_peak_rss_kb,omitempty"`
+	targets    []string
+	gateways   []string
+	variants   map[string]variant // the gateways, by name
+	nginx      bool               // nginx is among the targets
+	apis       []string
+	phases     []string
+	opts       options
 }
 
 func newReport(o options, pl placement, gateways []variant, nginx bool, nginxNote string) *report {
@@ -134,9 +151,11 @@ func newReport(o options, pl placement, gateways []variant, nginx bool, nginxNot
 		r.targets = append(r.targets, "nginx")
 		r.nginx = true
 	}
+	r.variants = map[string]variant{}
 	for _, g := range gateways {
 		r.targets = append(r.targets, g.name)
 		r.gateways = append(r.gateways, g.name)
+		r.variants[g.name] = g
 	}
 	r.apis = []string{apiOpenAI}
 	r.phases = []string{phase200, phase1000, phase200KB, phaseLog}
@@ -185,6 +204,7 @@ func (r *report) summarise() {
 		return median(v)
 	}
 	r.Machine = medianMachine(rounds)
+	r.RedisRSSKB = med(func(rd *round) float64 { return float64(rd.RedisRSSKB) })
 	for _, name := range r.targets {
 		s := &summary{P50us: map[string]float64{}, P99us: map[string]float64{}, P999us: map[string]float64{}, TTFBus: map[string]float64{},
 			StreamTotalUs: map[string]float64{}, RunStates: map[string]int{}}
@@ -251,6 +271,26 @@ func (r *report) summarise() {
 			s.SatSwitches = med(func(rd *round) float64 { return rd.Targets[name].Saturation.ProxySwitches })
 			s.Switches1000 = med(func(rd *round) float64 { return ph(rd, name, phase1000).ProxySwitches })
 			s.PeakRSSKB = med(func(rd *round) float64 { return float64(rd.Targets[name].PeakRSSKB) })
+			for k := range r.variants[name].replicas {
+				if r.variants[name].replicas < 2 {
+					break
+				}
+				s.ReplicaPeakRSSKB = append(s.ReplicaPeakRSSKB, med(func(rd *round) float64 {
+					if rss := rd.Targets[name].ReplicaPeakRSSKB; k < len(rss) {
+						return float64(rss[k])
+					}
+					return math.NaN()
+				}))
+			}
+		}
+		if r.variants[name].redisDB > 0 {
+			s.Redis1000us = med(func(rd *round) float64 { return ph(rd, name, phase1000).RedisCPUus })
+			s.SatRedisCPUus = med(func(rd *round) float64 { return rd.Targets[name].Saturation.RedisCPUus })
+			s.RedisCmds1000 = medianCmds(rounds, func(rd *round) map[string]redisCmd { return ph(rd, name, phase1000).RedisCmds })
+			s.SatRedisCmds = medianCmds(rounds, func(rd *round) map[string]redisCmd { return rd.Targets[name].Saturation.RedisCmds })
+			if slices.Contains(r.gateways, "haltline") {
+				s.OverEmbeddedP50us = med(func(rd *round) float64 { return ph(rd, name, phase1000).P50us - ph(rd, "haltline", phase1000).P50us })
+			}
 		}
 		if gw {
 			s.SatRatio = med(func(rd *round) float64 {
@@ -329,6 +369,10 @@ func (r *report) checks(g string) {
 	x = s.SatCPUus
 	add(phaseSat, "CPU per request at saturation (gateway process)", x, "≤ 60 µs", x <= 60,
 		fmt.Sprintf("%.0f µs over", x-60))
+	if r.variants[g].redisDB > 0 && slices.Contains(r.gateways, "haltline") {
+		x = s.OverEmbeddedP50us
+		add(phase1000, checkOverEmbedded, x, "≤ 300 µs", x <= 300, fmt.Sprintf("%.0f µs over", x-300))
+	}
 	if ng := r.Summary["nginx"]; ng != nil {
 		x = s.TTFBNginx[apiOpenAI]
 		short := fmt.Sprintf("%s nginx (%.0f µs vs %.0f µs added)", times(x), s.AddedTTFBus[apiOpenAI], ng.AddedTTFBus[apiOpenAI])
@@ -348,8 +392,12 @@ func (r *report) checks(g string) {
 // against nginx when there is one, else against the floor under the measure
 // name earlier results carry.
 const (
-	checkTTFBNginx = "added stream TTFB vs nginx"
-	checkTTFBFloor = "added stream TTFB vs floor (no nginx here: the Go floor stands in)"
+	// checkOverEmbedded is the Redis targets' own: what sharing a run's
+	// state through Redis adds to a call, against the same build on its
+	// embedded store in the same round.
+	checkOverEmbedded = "p50 over the embedded store's (haltline's) at 1,000 req/s, 2 KB"
+	checkTTFBNginx    = "added stream TTFB vs nginx"
+	checkTTFBFloor    = "added stream TTFB vs floor (no nginx here: the Go floor stands in)"
 )
 
 func round2(v float64) float64 {
@@ -438,6 +486,11 @@ func nanSafe(r *report) *report {
 		t.CPU1000us, t.SatRPS, t.SatRatio, t.SatCPUus = round2(s.CPU1000us), round2(s.SatRPS), round2(s.SatRatio), round2(s.SatCPUus)
 		t.SatMockCPUus, t.PeakRSSKB = round2(s.SatMockCPUus), round2(s.PeakRSSKB)
 		t.Switches1000, t.SatSwitches = round2(s.Switches1000), round2(s.SatSwitches)
+		t.Redis1000us, t.SatRedisCPUus, t.OverEmbeddedP50us = round2(s.Redis1000us), round2(s.SatRedisCPUus), round2(s.OverEmbeddedP50us)
+		t.ReplicaPeakRSSKB = nil
+		for _, v := range s.ReplicaPeakRSSKB {
+			t.ReplicaPeakRSSKB = append(t.ReplicaPeakRSSKB, round2(v))
+		}
 		c.Summary[k] = &t
 	}
 	return &c
@@ -462,6 +515,7 @@ func (r *report) markdown(w io.Writer) {
 	} else {
 		fmt.Fprintf(w, "nginx: %s; the stream TTFB target falls back to the floor.\n\n", m.Nginx)
 	}
+	r.redisNote(w)
 
 	// Absolute latencies.
 	fmt.Fprint(w, "| latency (µs) |")
@@ -511,6 +565,7 @@ func (r *report) markdown(w io.Writer) {
 		of     string                   // what ratio compares with, when not the floor
 		direct bool                     // direct has a value
 		own    bool                     // only gateways have a value
+		redis  bool                     // only targets on Redis have a value
 		unit   string
 		target string
 		check  string
@@ -542,6 +597,10 @@ func (r *report) markdown(w io.Writer) {
 		row{label: "CPU per request at saturation, proxy process", value: func(s *summary) float64 { return s.SatCPUus },
 			unit: "µs", target: "≤ 60 µs", check: "CPU per request at saturation (gateway process)", phase: phaseSat},
 		row{label: "CPU per request at 1,000 req/s, proxy process", value: func(s *summary) float64 { return s.CPU1000us }, unit: "µs", phase: phase1000},
+		row{label: "CPU per request at saturation, redis-server", value: func(s *summary) float64 { return s.SatRedisCPUus }, redis: true, unit: "µs", phase: phaseSat},
+		row{label: "CPU per request at 1,000 req/s, redis-server", value: func(s *summary) float64 { return s.Redis1000us }, redis: true, unit: "µs", phase: phase1000},
+		row{label: "p50 over the embedded store's (haltline's), 1,000 req/s, 2 KB", value: func(s *summary) float64 { return s.OverEmbeddedP50us }, redis: true, unit: "µs",
+			target: "≤ 300 µs (on Redis)", check: checkOverEmbedded, phase: phase1000},
 		row{label: "context switches per request at saturation, proxy process", value: func(s *summary) float64 { return s.SatSwitches }, phase: phaseSat},
 		row{label: "context switches per request at 1,000 req/s, proxy process", value: func(s *summary) float64 { return s.Switches1000 }, phase: phase1000},
 		row{label: "CPU per request at saturation, mock process", value: func(s *summary) float64 { return s.SatMockCPUus }, direct: true, unit: "µs", phase: phaseSat},
@@ -569,7 +628,7 @@ func (r *report) markdown(w io.Writer) {
 		}
 	}
 	rows = append(rows,
-		row{label: "peak RSS (VmHWM), MiB", value: func(s *summary) float64 { return s.PeakRSSKB / 1024 }, target: "reported"},
+		row{label: peakRSSRow, value: func(s *summary) float64 { return s.PeakRSSKB / 1024 }, target: "reported"},
 		row{label: "requests / errors / not forwarded", target: "0 errors"},
 	)
 	for _, rw := range rows {
@@ -586,8 +645,14 @@ func (r *report) markdown(w io.Writer) {
 				fmt.Fprint(w, " — |")
 			case rw.value == nil:
 				fmt.Fprintf(w, " %d / %d / %d |", s.Requests, s.Errors, s.Unforwarded)
-			case t == "direct" && !rw.direct:
+			case t == "direct" && !rw.direct, rw.redis && r.variants[t].redisDB == 0:
 				fmt.Fprint(w, " — |")
+			case rw.label == peakRSSRow && len(s.ReplicaPeakRSSKB) > 1:
+				var per []string
+				for _, kb := range s.ReplicaPeakRSSKB {
+					per = append(per, num(kb/1024))
+				}
+				fmt.Fprintf(w, " %s |", strings.Join(per, " / "))
 			case rw.ratio != nil && slices.Contains(r.gateways, t) && rw.of != "":
 				fmt.Fprintf(w, " %s (%s %s) |", num(rw.value(s)), times(rw.ratio(s)), rw.of)
 			case rw.ratio != nil && slices.Contains(r.gateways, t):
@@ -599,11 +664,17 @@ func (r *report) markdown(w io.Writer) {
 		met := ""
 		for _, c := range r.Checks {
 			if c.Target == "haltline" && c.Measure == rw.check {
-				met = "yes"
-				if !c.Met {
-					met = "**no**: " + c.Shortfall
+				met = verdict(c)
+			}
+		}
+		if rw.redis && rw.check != "" {
+			var per []string
+			for _, c := range r.Checks {
+				if c.Measure == rw.check {
+					per = append(per, c.Target+": "+verdict(c))
 				}
 			}
+			met = strings.Join(per, "; ")
 		}
 		if rw.value == nil && !rw.own {
 			met = "yes"
@@ -614,6 +685,7 @@ func (r *report) markdown(w io.Writer) {
 		fmt.Fprintf(w, " %s | %s |\n", rw.target, met)
 	}
 	fmt.Fprintln(w)
+	r.redisCommands(w)
 	if s := r.Summary["haltline"]; s != nil && len(s.RunStates) > 0 {
 		var parts []string
 		for _, k := range slices.Sorted(maps.Keys(s.RunStates)) {
@@ -629,6 +701,86 @@ func (r *report) markdown(w io.Writer) {
 		fmt.Fprintf(w, "Haltline's fixed-rate answers named %d runs for %d requests: %.2f steps a run (the workload's runs have %d; the runs cut short at each phase's end count too), %s.\n",
 			s.Runs, s.RunRequests, float64(s.RunRequests)/float64(s.Runs), r.Meta.Steps, ids)
 	}
+}
+
+// medianCmds is each command's median cost over the rounds (a round in
+// which it did not run left out), nil when no round measured one.
+func medianCmds(rounds []*round, of func(rd *round) map[string]redisCmd) map[string]redisCmd {
+	names := map[string]bool{}
+	for _, rd := range rounds {
+		for n := range of(rd) {
+			names[n] = true
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	out := map[string]redisCmd{}
+	for n := range names {
+		var calls, us []float64
+		for _, rd := range rounds {
+			if c, ok := of(rd)[n]; ok {
+				calls, us = append(calls, c.Calls), append(us, c.Us)
+			}
+		}
+		out[n] = redisCmd{Calls: round2(median(calls)), Us: round2(median(us))}
+	}
+	return out
+}
+
+// redisCommands writes, for each target on Redis, what redis-server spent
+// per request and on which commands.
+func (r *report) redisCommands(w io.Writer) {
+	for _, g := range r.gateways {
+		s := r.Summary[g]
+		if r.variants[g].redisDB == 0 || s == nil {
+			continue
+		}
+		for _, x := range []struct {
+			phase, label string
+			cmds         map[string]redisCmd
+		}{{phase1000, phaseLabel(phase1000), s.RedisCmds1000}, {phaseSat, "saturation", s.SatRedisCmds}} {
+			if r.opts.runs(x.phase) && len(x.cmds) > 0 {
+				fmt.Fprintf(w, "redis-server for %s, %s: %s.\n", g, x.label, redisCmdNote(x.cmds, 5))
+			}
+		}
+	}
+}
+
+// peakRSSRow is the label of the peak RSS row, whose cell for a target
+// of several processes lists each one's.
+const peakRSSRow = "peak RSS (VmHWM), MiB"
+
+// verdict is a check's cell in the met column.
+func verdict(c check) string {
+	if c.Met {
+		return "yes"
+	}
+	return "**no**: " + c.Shortfall
+}
+
+// redisNote says what the Redis targets are, when there are some.
+func (r *report) redisNote(w io.Writer) {
+	var parts []string
+	for _, g := range r.gateways {
+		v := r.variants[g]
+		if v.redisDB == 0 {
+			continue
+		}
+		if v.replicas > 1 {
+			parts = append(parts, fmt.Sprintf("%s, %d gateway processes on the same Redis, %s", g, v.replicas, v.spread))
+		} else {
+			parts = append(parts, g+", one gateway process on it")
+		}
+	}
+	if len(parts) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "Targets on Redis (%s; one redis-server a round, on the servers' CPU, nothing persisted, each target in a database of its own; peak RSS %s MiB): %s. "+
+		"Every server shares one CPU here, so the two-process figures measure the cost of sharing a run's state through Redis, not the gain of a second machine. "+
+		"For a target of two processes, its proxy CPU and context switches are both processes' summed, its peak RSS each process's (the highest in the per-phase table); "+
+		"redis-server's CPU is counted over the target's turns only, in rows of its own.\n\n",
+		r.Meta.Redis, num(r.RedisRSSKB/1024), strings.Join(parts, "; "))
 }
 
 func phaseLabel(p string) string {

@@ -36,8 +36,11 @@ type targetResult struct {
 	Phases     map[string]phaseResult  `json:"phases"`
 	Saturation saturation              `json:"saturation"`
 	Streams    map[string]streamResult `json:"streams"`
-	PeakRSSKB  int64                   `json:"peak_rss_kb,omitempty"` // the proxy process; absent for direct
-	LogErrors  int                     `json:"log_errors,omitempty"`  // error lines in the proxy's log
+	PeakRSSKB  int64                   `json:"peak_rss_kb,omitempty"` // the proxy process (the highest of several); absent for direct
+	// ReplicaPeakRSSKB is each process's peak RSS, of a target served by
+	// several.
+	ReplicaPeakRSSKB []int64 `json:"replica_peak_rss_kb,omitempty"`
+	LogErrors        int     `json:"log_errors,omitempty"` // error lines in the proxy's log
 	// StoredRuns counts the runs in a gateway's embedded store once it
 	// stopped (nil: none was opened, as with the Redis store).
 	StoredRuns *int   `json:"stored_runs,omitempty"`
@@ -60,6 +63,7 @@ func (t *targetResult) failed() bool {
 type round struct {
 	Targets     map[string]*targetResult `json:"targets"`
 	MockRSSKB   int64                    `json:"mock_peak_rss_kb"`
+	RedisRSSKB  int64                    `json:"redis_peak_rss_kb,omitempty"` // -redis: the round's redis-server
 	Placement   []string                 `json:"placement"`
 	TargetOrder []string                 `json:"target_order"`
 	// What the harness did not have of the CPUs (see machineShare), over
@@ -90,6 +94,10 @@ func run(ctx context.Context, o options, out io.Writer) (*report, error) {
 	if ngx != nil {
 		ngxNote = ngx.version + " (" + ngx.path + ")"
 	}
+	redisBin, err := findRedis(o.redis)
+	if err != nil {
+		return nil, err
+	}
 	bin := o.gatewayBin
 	if bin == "" {
 		fmt.Fprintln(out, "building the gateway (go build ./cmd/gateway)…")
@@ -107,6 +115,11 @@ func run(ctx context.Context, o options, out io.Writer) (*report, error) {
 		}
 		gateways = append(gateways, decomposed(parts, o.gatewayArgs)...)
 	}
+	redisNote := ""
+	if redisBin != "" {
+		gateways = append(gateways, redisVariants(o.gatewayArgs)...)
+		redisNote = redisVersion(redisBin)
+	}
 
 	if o.pprofDir != "" {
 		if err := os.MkdirAll(o.pprofDir, 0o755); err != nil {
@@ -114,11 +127,12 @@ func run(ctx context.Context, o options, out io.Writer) (*report, error) {
 		}
 	}
 	rep := newReport(o, pl, gateways, ngx != nil, ngxNote)
+	rep.Meta.Redis = redisNote
 	fmt.Fprintf(out, "placement: %s\n", pl.method())
 	fmt.Fprintf(out, "nginx: %s\n", ngxNote)
 	for i := 0; i < o.rounds; i++ {
 		fmt.Fprintf(out, "round %d of %d\n", i+1, o.rounds)
-		rd, err := runRound(ctx, o, &pl, dir, bin, ngx, gateways, i, out)
+		rd, err := runRound(ctx, o, &pl, dir, bin, redisBin, ngx, gateways, i, out)
 		if rd != nil {
 			rep.Rounds = append(rep.Rounds, rd)
 		}
@@ -141,7 +155,7 @@ func run(ctx context.Context, o options, out io.Writer) (*report, error) {
 	return rep, nil
 }
 
-func runRound(ctx context.Context, o options, pl *placement, dir, bin string, ngx *nginxInfo, gateways []variant, idx int, out io.Writer) (*round, error) {
+func runRound(ctx context.Context, o options, pl *placement, dir, bin, redisBin string, ngx *nginxInfo, gateways []variant, idx int, out io.Writer) (*round, error) {
 	rd := &round{Targets: map[string]*targetResult{}}
 	rdir, err := os.MkdirTemp(dir, "round-")
 	if err != nil {
@@ -156,52 +170,73 @@ func runRound(ctx context.Context, o options, pl *placement, dir, bin string, ng
 	rd.Placement = append(rd.Placement, placementLine("load generator", os.Getpid()), placementLine("mock", mock.pid()))
 	client := loadClient()
 	defer client.CloseIdleConnections()
+	// One redis-server a round, shared by the Redis targets (each in a
+	// database of its own), on the servers' CPU with the gateways.
+	var redis *proc
+	if redisBin != "" {
+		if redis, err = startRedis(ctx, pl, rdir, redisBin); err != nil {
+			return nil, err
+		}
+		defer redis.stop()
+		rd.Placement = append(rd.Placement, placementLine("redis-server", redis.pid()))
+	}
 
 	type starter struct {
 		name  string
-		start func() (*proc, error)
+		start func() ([]*proc, error)
+	}
+	one := func(p *proc, err error) ([]*proc, error) {
+		if p == nil {
+			return nil, err
+		}
+		return []*proc{p}, err
 	}
 	starters := []starter{
-		{"direct", func() (*proc, error) { return nil, nil }},
-		{"floor", func() (*proc, error) {
-			return startRole(ctx, pl, rdir, "floor", "-upstream", mock.addrURL())
+		{"direct", func() ([]*proc, error) { return nil, nil }},
+		{"floor", func() ([]*proc, error) {
+			return one(startRole(ctx, pl, rdir, "floor", "-upstream", mock.addrURL()))
 		}},
 	}
 	if ngx != nil {
-		starters = append(starters, starter{"nginx", func() (*proc, error) {
-			return startNginx(ctx, pl, rdir, ngx, mock.addr)
+		starters = append(starters, starter{"nginx", func() ([]*proc, error) {
+			return one(startNginx(ctx, pl, rdir, ngx, mock.addr))
 		}})
 	}
-	isGateway := map[string]bool{}
+	byName := map[string]variant{}
 	for _, g := range gateways {
-		isGateway[g.name] = true
-		gbin := bin
-		if g.bin != "" {
-			gbin = g.bin
-		}
-		starters = append(starters, starter{g.name, func() (*proc, error) {
-			return startGateway(ctx, pl, rdir, g.name, gbin, mock.addrURL(), strings.Fields(g.args), g.env)
-		}})
+		byName[g.name] = g
+		starters = append(starters, starter{g.name, func() ([]*proc, error) { return startGateways(ctx, pl, rdir, bin, mock, redis, g) }})
 	}
 	// Every target is up for the whole round, idle but for its own turns:
 	// the phases interleave them (see interleave).
 	var targets []*target
 	defer func() {
 		for _, t := range targets {
-			if t.proxy != nil {
-				t.proxy.stop()
+			for _, p := range t.procs() {
+				p.stop()
 			}
 		}
 	}()
 	for _, st := range starters {
-		p, err := st.start()
+		ps, err := st.start()
 		if err != nil {
 			return rd, err
 		}
-		t := &target{name: st.name, mock: mock, proxy: p, url: mock.addrURL(), tag: fmt.Sprintf("r%d%s", idx, st.name), gateway: isGateway[st.name]}
-		if p != nil {
-			t.url = p.addrURL()
-			rd.Placement = append(rd.Placement, placementLine(st.name, p.pid()))
+		g, isGateway := byName[st.name]
+		t := &target{name: st.name, mock: mock, url: mock.addrURL(), tag: fmt.Sprintf("r%d%s", idx, st.name), gateway: isGateway, spread: g.spread}
+		if g.redisDB > 0 {
+			t.redis = redis
+		}
+		if len(ps) > 0 {
+			t.proxy, t.replicas, t.url = ps[0], ps[1:], ps[0].addrURL()
+		}
+		for k, p := range ps {
+			name := st.name
+			if len(ps) > 1 {
+				name += fmt.Sprintf(" #%d", k+1)
+				t.urls = append(t.urls, p.addrURL())
+			}
+			rd.Placement = append(rd.Placement, placementLine(name, p.pid()))
 		}
 		targets = append(targets, t)
 		rd.TargetOrder = append(rd.TargetOrder, st.name)
@@ -209,9 +244,12 @@ func runRound(ctx context.Context, o options, pl *placement, dir, bin string, ng
 	}
 	probe := newMachineProbe(pl, func() []int {
 		pids := []int{mock.pid()}
+		if redis != nil {
+			pids = append(pids, redis.pid())
+		}
 		for _, t := range targets {
-			if t.proxy != nil {
-				pids = append(pids, t.proxy.pid())
+			for _, p := range t.procs() {
+				pids = append(pids, p.pid())
 			}
 		}
 		return pids
@@ -219,25 +257,68 @@ func runRound(ctx context.Context, o options, pl *placement, dir, bin string, ng
 	rd.PhaseMachine = map[string]*machineShare{}
 	rd.Machine, err = probe.around(out, "the round", func() error { return measureRound(ctx, o, client, targets, rd, probe, idx, out) })
 	for _, t := range targets {
-		if t.proxy == nil {
+		procs := t.procs()
+		if len(procs) == 0 {
 			continue
 		}
 		res := rd.Targets[t.name]
-		res.PeakRSSKB = max(peakRSS(t.proxy.pid()), t.peakKB)
-		if done, perr := t.proxy.exited(); done {
-			res.Crashed = fmt.Sprintf("exited during the round: %v\n%s", perr, t.proxy.tail(30))
+		for k, p := range procs {
+			peak := peakRSS(p.pid())
+			if k < len(t.peakKB) {
+				peak = max(peak, t.peakKB[k])
+			}
+			res.PeakRSSKB = max(res.PeakRSSKB, peak)
+			if len(procs) > 1 {
+				res.ReplicaPeakRSSKB = append(res.ReplicaPeakRSSKB, peak)
+			}
+			if done, perr := p.exited(); done {
+				res.Crashed += fmt.Sprintf("%s exited during the round: %v\n%s", p.name, perr, p.tail(30))
+			}
+			p.stop()
+			res.LogErrors += countErrorLines(p.log)
 		}
-		t.proxy.stop()
-		res.LogErrors = countErrorLines(t.proxy.log)
-		if t.proxy.data != "" {
+		if t.proxy.data != "" && t.redis == nil {
 			res.StoredRuns = storedRuns(t.proxy.data)
 		}
 		if res.failed() {
-			res.LogTail = t.proxy.tail(20)
+			for _, p := range procs {
+				res.LogTail += p.tail(20)
+			}
 		}
 	}
 	rd.MockRSSKB = peakRSS(mock.pid())
+	if redis != nil {
+		rd.RedisRSSKB = peakRSS(redis.pid())
+	}
 	return rd, err
+}
+
+// startGateways starts the processes of gateway target g: one, or
+// g.replicas, on the round's redis-server when g is on Redis.
+func startGateways(ctx context.Context, pl *placement, dir, bin string, mock, redis *proc, g variant) ([]*proc, error) {
+	if g.bin != "" {
+		bin = g.bin
+	}
+	args := strings.Fields(g.args)
+	if g.redisDB > 0 {
+		args = append(args, "--redis-url", redisURL(redis, g.redisDB))
+	}
+	var ps []*proc
+	for k := range max(g.replicas, 1) {
+		name := g.name
+		if g.replicas > 1 {
+			name += "-" + strconv.Itoa(k+1)
+		}
+		p, err := startGateway(ctx, pl, dir, name, bin, mock.addrURL(), args, g.env)
+		if err != nil {
+			for _, q := range ps {
+				q.stop()
+			}
+			return nil, err
+		}
+		ps = append(ps, p)
+	}
+	return ps, nil
 }
 
 func placementLine(name string, pid int) string {
@@ -336,8 +417,8 @@ func measureRound(ctx context.Context, o options, c *http.Client, targets []*tar
 		for i, t := range targets {
 			r := accs[i].result(t)
 			rd.Targets[t.name].Phases[ph.name] = r
-			fmt.Fprintf(out, "  %-9s %-22s %6d req  %3d err  p50 %7.0f µs  p99 %7.0f µs  p99.9 %7.0f µs  proxy CPU %5.1f µs/req, %4.1f switches/req%s%s\n",
-				t.name, ph.name, r.Requests, r.Errors, r.P50us, r.P99us, r.P999us, r.ProxyCPUus, r.ProxySwitches, memNote(r.PeakRSSKB, r.GCPauses), errNote(r.ErrorSample))
+			fmt.Fprintf(out, "  %-9s %-22s %6d req  %3d err  p50 %7.0f µs  p99 %7.0f µs  p99.9 %7.0f µs  proxy CPU %5.1f µs/req, %4.1f switches/req%s%s%s\n",
+				t.name, ph.name, r.Requests, r.Errors, r.P50us, r.P99us, r.P999us, r.ProxyCPUus, r.ProxySwitches, redisNote(t, r), memNote(r.PeakRSSKB, r.GCPauses), errNote(r.ErrorSample))
 		}
 	}
 	apis := []string{apiOpenAI}
@@ -402,8 +483,8 @@ func measureRound(ctx context.Context, o options, c *http.Client, targets []*tar
 			if sat.Held != nil {
 				held = fmt.Sprintf(" (held %.0f s; the search's best %.0f req/s, %.1f µs/req)", sat.Held.Result.Seconds, sat.SearchRPS, sat.SearchCPUus)
 			}
-			fmt.Fprintf(out, "  %-9s %-22s %6d req  %3d err  peak %7.0f req/s at %d workers, proxy CPU %5.1f µs/req, %4.1f switches/req, mock %5.1f µs/req%s%s%s\n",
-				t.name, "saturation", sat.Requests, sat.Errors, sat.PeakRPS, sat.PeakConc, sat.ProxyCPUus, sat.ProxySwitches, sat.MockCPUus, held, memNote(sat.PeakRSSKB, sat.GCPauses), errNote(sat.ErrorSample))
+			fmt.Fprintf(out, "  %-9s %-22s %6d req  %3d err  peak %7.0f req/s at %d workers, proxy CPU %5.1f µs/req, %4.1f switches/req, mock %5.1f µs/req%s%s%s%s\n",
+				t.name, "saturation", sat.Requests, sat.Errors, sat.PeakRPS, sat.PeakConc, sat.ProxyCPUus, sat.ProxySwitches, sat.MockCPUus, redisNote(t, phaseResult{RedisCPUus: sat.RedisCPUus}), held, memNote(sat.PeakRSSKB, sat.GCPauses), errNote(sat.ErrorSample))
 			quiesce(ctx, t)
 		}
 		return nil
@@ -419,6 +500,19 @@ func memNote(peakKB int64, gc *gcPauses) string {
 	}
 	if gc != nil {
 		s += fmt.Sprintf(", %d GC pauses ≤ %s µs", gc.Count, num(gc.longest()))
+	}
+	return s
+}
+
+// redisNote is a Redis target's redis-server CPU and, for a target of
+// several processes, the requests each was sent, for the per-phase lines.
+func redisNote(t *target, r phaseResult) string {
+	s := ""
+	if t.redis != nil {
+		s += fmt.Sprintf(", redis-server %5.1f µs/req", r.RedisCPUus)
+	}
+	if len(r.ReplicaRequests) > 1 {
+		s += fmt.Sprintf(", requests by process %v", r.ReplicaRequests)
 	}
 	return s
 }
@@ -461,8 +555,11 @@ func goVersion() string { return runtime.Version() }
 // and the next phase must not measure the end of it.
 func quiesce(ctx context.Context, t *target) {
 	pids := []int{t.mock.pid()}
-	if t.proxy != nil {
-		pids = append(pids, t.proxy.pid())
+	if t.redis != nil {
+		pids = append(pids, t.redis.pid())
+	}
+	for _, p := range t.procs() {
+		pids = append(pids, p.pid())
 	}
 	busy := func() time.Duration {
 		var sum time.Duration

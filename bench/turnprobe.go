@@ -162,40 +162,54 @@ func resetPeakRSS(pid int) int64 {
 	return peak
 }
 
-// turnProbe measures a gateway over one turn: its peak RSS and its GC
-// pauses. A zero probe (references, the direct target) measures nothing.
+// turnProbe measures a target's processes over one turn: their peak RSS
+// and a gateway's GC pauses. A zero probe (the direct target) measures
+// nothing.
 type turnProbe struct {
 	t      *target
 	c      *http.Client
-	before map[float64]uint64
+	before []map[float64]uint64 // by process, gateways only
 }
 
-// startTurn resets the target's peak RSS (keeping the round's peak on the
-// target) and reads its GC pauses so far.
+// startTurn resets the peak RSS of the target's processes (keeping the
+// round's peaks on the target) and reads a gateway's GC pauses so far.
 func startTurn(ctx context.Context, c *http.Client, t *target) turnProbe {
-	if t.proxy == nil {
+	procs := t.procs()
+	if len(procs) == 0 {
 		return turnProbe{}
 	}
-	t.peakKB = max(t.peakKB, resetPeakRSS(t.proxy.pid()))
+	if len(t.peakKB) < len(procs) {
+		t.peakKB = make([]int64, len(procs))
+	}
 	p := turnProbe{t: t, c: c}
-	if t.gateway {
-		p.before, _ = scrapeGCPauses(ctx, c, t.proxy.admin)
+	for k, pr := range procs {
+		t.peakKB[k] = max(t.peakKB[k], resetPeakRSS(pr.pid()))
+		if t.gateway {
+			before, _ := scrapeGCPauses(ctx, c, pr.admin)
+			p.before = append(p.before, before)
+		}
 	}
 	return p
 }
 
-// end returns the turn's peak RSS (KiB) and adds its GC pauses to gc.
+// end returns the turn's peak RSS (KiB) of the process that peaked
+// highest (RSS is reported per process) and adds every process's GC
+// pauses to gc.
 func (p turnProbe) end(ctx context.Context, gc **gcPauses) int64 {
 	if p.t == nil {
 		return 0
 	}
-	peak := peakRSS(p.t.proxy.pid())
-	if p.before != nil {
-		if after, err := scrapeGCPauses(ctx, p.c, p.t.proxy.admin); err == nil {
+	var peak int64
+	for k, pr := range p.t.procs() {
+		peak = max(peak, peakRSS(pr.pid()))
+		if k >= len(p.before) || p.before[k] == nil {
+			continue
+		}
+		if after, err := scrapeGCPauses(ctx, p.c, pr.admin); err == nil {
 			if *gc == nil {
 				*gc = &gcPauses{}
 			}
-			(*gc).add(p.before, after)
+			(*gc).add(p.before[k], after)
 		}
 	}
 	return peak
