@@ -372,7 +372,7 @@ func TestShortProfiles(t *testing.T) {
 func TestSoakShort(t *testing.T) {
 	results := filepath.Join(t.TempDir(), "soak.json")
 	out := runHarness(t, "-short", "-soak", "20s", "-soak-every", "2s", "-soak-rate", "500", "-nginx", "off", "-json", results)
-	for _, want := range []string{"RSS MiB", "goroutines", "store MiB", "CPU µs/r", "written/r", "soak ran", "p99.9"} {
+	for _, want := range []string{"RSS MiB", "anon/file", "goroutines", "store MiB", "CPU µs/r", "written/r", "soak ran", "p99.9"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("soak output lacks %q\n%s", want, out)
 		}
@@ -392,7 +392,8 @@ func TestSoakShort(t *testing.T) {
 		t.Fatalf("%d samples, %d requests, GC pauses %v", len(got.Samples), got.Result.Requests, got.Result.GCPauses)
 	}
 	last := got.Samples[len(got.Samples)-1]
-	if last.RSSKB == 0 || last.Goroutines == 0 || last.StoreBytes == 0 || last.Requests == 0 || last.CPUPerRequest == 0 || last.WrittenPerRequest == 0 {
+	if last.RSSKB == 0 || last.Goroutines == 0 || last.StoreBytes == 0 || last.Requests == 0 || last.CPUPerRequest == 0 || last.WrittenPerRequest == 0 ||
+		last.AnonKB == 0 || last.FileKB == 0 || last.AnonKB+last.FileKB > last.RSSKB+last.RSSKB/10 {
 		t.Fatalf("a sample without a figure: %+v", last)
 	}
 }
@@ -662,7 +663,7 @@ func TestOnlySelectsPhases(t *testing.T) {
 	for _, c := range r.Checks {
 		measures = append(measures, c.Measure)
 	}
-	want := []string{"saturation throughput vs floor", "CPU per request at saturation (gateway process)"}
+	want := []string{checkSat, checkCPU}
 	if !slices.Equal(measures, want) {
 		t.Errorf("checks %q, want %q", measures, want)
 	}

@@ -32,13 +32,18 @@ import (
 
 // soakSample is one reading.
 type soakSample struct {
-	At         time.Duration `json:"at_ns"`
-	Requests   int64         `json:"requests"`
-	Errors     int64         `json:"errors"`
-	RSSKB      int64         `json:"rss_kb"`
-	Goroutines int64         `json:"goroutines"`
-	StoreBytes int64         `json:"store_bytes"` // the bbolt file
-	LogBytes   int64         `json:"log_bytes"`   // the log's segments
+	At       time.Duration `json:"at_ns"`
+	Requests int64         `json:"requests"`
+	Errors   int64         `json:"errors"`
+	RSSKB    int64         `json:"rss_kb"`
+	// RSS split: the process's own memory (the Go heap, stacks) and the
+	// files it maps (the binary, the bbolt file), which a memory limit
+	// can take back.
+	AnonKB     int64 `json:"rss_anon_kb"`
+	FileKB     int64 `json:"rss_file_kb"`
+	Goroutines int64 `json:"goroutines"`
+	StoreBytes int64 `json:"store_bytes"` // the bbolt file
+	LogBytes   int64 `json:"log_bytes"`   // the log's segments
 	// Since the sample before: the gateway's CPU time and the bytes it
 	// had written to disk, per request answered (0 when none was).
 	CPUPerRequest     time.Duration `json:"cpu_per_request_ns"`
@@ -152,7 +157,7 @@ func runSoak(ctx context.Context, o options, out io.Writer) error {
 	t := &target{name: "haltline", mock: mock, proxy: gw, url: gw.addrURL(), tag: "soak", gateway: true}
 	every, warmup := o.soakEvery(), o.soakWarmup()
 	fmt.Fprintf(out, "soak: %d req/s for %s, sampled every %s, trends read after %s\n", o.soakRate, o.soak, every, warmup)
-	fmt.Fprintf(out, "%8s %10s %6s %9s %10s %10s %9s %9s %10s\n", "t", "requests", "errors", "RSS MiB", "goroutines", "store MiB", "log MiB", "CPU µs/r", "written/r")
+	fmt.Fprintf(out, "%8s %10s %6s %9s %9s %10s %10s %9s %9s %10s\n", "t", "requests", "errors", "RSS MiB", "anon/file", "goroutines", "store MiB", "log MiB", "CPU µs/r", "written/r")
 
 	c := loadClient()
 	defer c.CloseIdleConnections()
@@ -167,6 +172,7 @@ func runSoak(ctx context.Context, o options, out io.Writer) error {
 	var lastWritten, lastRequests int64
 	sample := func() {
 		s := soakSample{At: time.Since(start), RSSKB: rss(gw.pid())}
+		s.AnonKB, s.FileKB = statusKB(gw.pid(), "RssAnon"), statusKB(gw.pid(), "RssFile")
 		s.Requests, s.Errors = sent.load()
 		s.Goroutines, _ = scrapeGauge(ctx, c, gw.admin, "go_goroutines")
 		s.StoreBytes, s.LogBytes = storeSize(gw.data)
@@ -180,8 +186,8 @@ func runSoak(ctx context.Context, o options, out io.Writer) error {
 		mu.Lock()
 		samples = append(samples, s)
 		mu.Unlock()
-		fmt.Fprintf(out, "%8s %10d %6d %9.1f %10d %10.1f %9.1f %9.0f %10d\n", s.At.Round(time.Second), s.Requests, s.Errors,
-			float64(s.RSSKB)/1024, s.Goroutines, float64(s.StoreBytes)/(1<<20), float64(s.LogBytes)/(1<<20),
+		fmt.Fprintf(out, "%8s %10d %6d %9.1f %9s %10d %10.1f %9.1f %9.0f %10d\n", s.At.Round(time.Second), s.Requests, s.Errors,
+			float64(s.RSSKB)/1024, fmt.Sprintf("%d/%d", s.AnonKB>>10, s.FileKB>>10), s.Goroutines, float64(s.StoreBytes)/(1<<20), float64(s.LogBytes)/(1<<20),
 			float64(s.CPUPerRequest)/float64(time.Microsecond), s.WrittenPerRequest)
 	}
 	done := make(chan struct{})
@@ -279,8 +285,12 @@ func writtenBytes(pid int) int64 {
 }
 
 // rss is the process's current resident size (KiB).
-func rss(pid int) int64 {
-	v, _ := strconv.ParseInt(strings.TrimSuffix(statusField(pid, "VmRSS"), " kB"), 10, 64)
+func rss(pid int) int64 { return statusKB(pid, "VmRSS") }
+
+// statusKB is a field of the process's status file in KiB (0 when
+// unreadable).
+func statusKB(pid int, field string) int64 {
+	v, _ := strconv.ParseInt(strings.TrimSuffix(statusField(pid, field), " kB"), 10, 64)
 	return v
 }
 
