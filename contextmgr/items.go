@@ -267,6 +267,19 @@ func (c *conv) chatItemFast(b []byte, f spanFields) item {
 	return it
 }
 
+// messageKind is the kind of a Responses API message item by its role:
+// anything neither the user's nor the assistant's instructs (system,
+// developer) and is never dropped.
+func messageKind(role string) itemKind {
+	switch role {
+	case "user":
+		return kindUser
+	case "assistant":
+		return kindAssistant
+	}
+	return kindSystem
+}
+
 func (c *conv) responsesItemFast(b []byte, f spanFields) item {
 	typ := str(b, f.typ)
 	role := str(b, f.role)
@@ -274,14 +287,7 @@ func (c *conv) responsesItemFast(b []byte, f spanFields) item {
 	switch {
 	case typ == "" || typ == "message":
 		it.text, _ = eagerText(b, f.content)
-		switch role {
-		case "user":
-			it.kind = kindUser
-		case "assistant":
-			it.kind = kindAssistant
-		default:
-			it.kind = kindSystem
-		}
+		it.kind = messageKind(role)
 	case strings.HasSuffix(typ, "_output"):
 		it.kind, it.role = kindTool, "tool"
 		it.results = c.newResults(1)

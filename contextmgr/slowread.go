@@ -190,14 +190,7 @@ func responsesItem(v jsonscan.Value) item {
 	case typ == "" || typ == "message":
 		text, _ := contentText(f.content)
 		it.text = text
-		switch role {
-		case "user":
-			it.kind = kindUser
-		case "assistant":
-			it.kind = kindAssistant
-		default:
-			it.kind = kindSystem
-		}
+		it.kind = messageKind(role)
 	case strings.HasSuffix(typ, "_output"):
 		it.kind, it.role = kindTool, "tool"
 		text, plain := contentText(f.output)
